@@ -1,0 +1,91 @@
+package abispec
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Limits Envoy applies when it parses pairs written by the guest
+// (cpp-host include/proxy-wasm/limits.h). Over either, Envoy silently uses an
+// empty list. ParsePairs does not apply them: a guest must accept whatever
+// its host sends.
+const (
+	MaxPairsBytes = 1 << 20
+	MaxPairsCount = 1024
+)
+
+// ErrMalformedPairs is wrapped by every ParsePairs error.
+var ErrMalformedPairs = errors.New("malformed pairs")
+
+// PairsSize returns the serialized size of pairs: 4 + Σ(8 + len(k)+1 + len(v)+1).
+func PairsSize(pairs [][2]string) int {
+	n := 4
+	for _, p := range pairs {
+		n += 10 + len(p[0]) + len(p[1])
+	}
+	return n
+}
+
+// AppendPairs appends the ABI serialization of pairs to dst: a little-endian
+// u32 count, count × (u32 key length, u32 value length), then each key and
+// value followed by a NUL. An empty list is the 4-byte count 0.
+func AppendPairs(dst []byte, pairs [][2]string) []byte {
+	dst = slices.Grow(dst, PairsSize(pairs))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))
+	for _, p := range pairs {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(p[0])))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(p[1])))
+	}
+	for _, p := range pairs {
+		dst = append(dst, p[0]...)
+		dst = append(dst, 0)
+		dst = append(dst, p[1]...)
+		dst = append(dst, 0)
+	}
+	return dst
+}
+
+// ParsePairs decodes the ABI pairs serialization. It accepts an empty input
+// (and the spec's single 0x00 byte) as an empty list, and rejects a truncated
+// header or data, a missing NUL terminator and trailing bytes with an error
+// wrapping ErrMalformedPairs. It never panics, whatever the input.
+//
+// The returned strings share one copy of b, so b may be reused afterwards and
+// a map costs two allocations however many pairs it has.
+func ParsePairs(b []byte) ([][2]string, error) {
+	if len(b) == 0 || (len(b) == 1 && b[0] == 0) {
+		return nil, nil
+	}
+	if len(b) < 4 {
+		return nil, fmt.Errorf("%w: %d bytes, want at least 4", ErrMalformedPairs, len(b))
+	}
+	count := uint64(binary.LittleEndian.Uint32(b))
+	// Each pair needs 8 size bytes and 2 NULs: bound count before allocating.
+	if count > uint64(len(b)-4)/10 {
+		return nil, fmt.Errorf("%w: count %d does not fit in %d bytes", ErrMalformedPairs, count, len(b))
+	}
+	data := 4 + 8*int(count)
+	s := string(b)
+	pairs := make([][2]string, count)
+	for i := range pairs {
+		size := 4 + 8*i
+		for j := 0; j < 2; j++ {
+			n := uint64(binary.LittleEndian.Uint32(b[size+4*j:]))
+			if n >= uint64(len(b)-data) {
+				return nil, fmt.Errorf("%w: pair %d overruns the buffer", ErrMalformedPairs, i)
+			}
+			end := data + int(n)
+			if b[end] != 0 {
+				return nil, fmt.Errorf("%w: pair %d is not NUL-terminated", ErrMalformedPairs, i)
+			}
+			pairs[i][j] = s[data:end]
+			data = end + 1
+		}
+	}
+	if data != len(b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformedPairs, len(b)-data)
+	}
+	return pairs, nil
+}

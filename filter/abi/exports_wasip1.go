@@ -1,0 +1,263 @@
+//go:build wasip1
+
+package abi
+
+import (
+	"unsafe"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi/abispec"
+)
+
+// The module's callbacks (//go:wasmexport), with the exact signatures of
+// abispec.Callbacks: uint32 and bool lower to i32. Each one first ends the
+// previous callback's allocations (see claim) and records the context that
+// runs; user code is reached only through the Guard wrappers.
+
+// callout is an http call waiting for its answer.
+type callout struct {
+	caller   uint32 // context that dispatched it: the effective context of the answer
+	callBack func(numHeaders, bodySize, numTrailers int)
+}
+
+// vm is the module's context table: one per VM instance (Envoy worker).
+var vm struct {
+	// root is the guarded VM context from SetVMContext; nil until then.
+	root types.VMContext
+	// plugins are the guarded root (plugin) contexts by id. HTTP streams
+	// live in guards.streams.
+	plugins map[uint32]types.PluginContext
+	// callouts are the pending http calls by token (tokens are per VM). An
+	// entry lives until the host answers or its root is deleted, exactly as
+	// long as the host keeps the call itself.
+	callouts map[uint32]callout
+}
+
+func setVMContext(ctx types.VMContext) {
+	vm.root = ctx
+	vm.plugins = map[uint32]types.PluginContext{}
+	vm.callouts = map[uint32]callout{}
+}
+
+// alive reports whether contextID is a live root or stream.
+func alive(contextID uint32) bool {
+	return vm.plugins[contextID] != nil || guards.streams[contextID] != nil
+}
+
+// allocations are the buffers handed to the host by the allocator and not
+// yet claimed by the host call that asked for them. Keeping them here keeps
+// them reachable between the allocator returning and the host call returning
+// the pointer; anything unclaimed is released when the next callback starts.
+var allocations [][]byte
+
+// proxyOnMemoryAllocate is the allocator Envoy fills host-returned data into.
+// It never returns 0 (that is failure to the host), even for size 0, and
+// makes no host call (Envoy allows only logging inside it).
+//
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) *byte {
+	b := make([]byte, max(size, 1))
+	allocations = append(allocations, b)
+	return &b[0]
+}
+
+// claim returns the allocation at ptr, cut to size, and forgets it.
+func claim(ptr, size uint32) ([]byte, error) {
+	for i := len(allocations) - 1; i >= 0; i-- {
+		b := allocations[i]
+		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
+			continue
+		}
+		if int(size) > len(b) {
+			return nil, errForeignMemory
+		}
+		last := len(allocations) - 1
+		allocations[i] = allocations[last]
+		allocations[last] = nil
+		allocations = allocations[:last]
+		return b[:size:size], nil
+	}
+	return nil, errForeignMemory
+}
+
+// enter starts a callback: unclaimed allocations of earlier callbacks are
+// released and contextID becomes the active context.
+func enter(contextID uint32) {
+	clear(allocations)
+	allocations = allocations[:0]
+	guards.active = contextID
+}
+
+//go:wasmexport proxy_abi_version_0_2_1
+func proxyABIVersion() {}
+
+//go:wasmexport proxy_on_context_create
+func proxyOnContextCreate(contextID, rootContextID uint32) {
+	enter(contextID)
+	if vm.root == nil {
+		logMessage(abispec.LogLevelCritical, "pdroute: no VM context: SetVMContext was not called in init()")
+		return
+	}
+	if rootContextID == 0 {
+		vm.plugins[contextID] = vm.root.NewPluginContext(contextID)
+		return
+	}
+	if p := vm.plugins[rootContextID]; p != nil {
+		// The guard registers the stream in guards.streams; a plugin that
+		// does not handle HTTP returns nil and its streams pass through.
+		p.NewHttpContext(contextID)
+		return
+	}
+	LogErrorf("pdroute: context %d created under unknown root %d", contextID, rootContextID)
+}
+
+//go:wasmexport proxy_on_vm_start
+func proxyOnVMStart(rootContextID, vmConfigurationSize uint32) bool {
+	enter(rootContextID)
+	if vm.root == nil {
+		logMessage(abispec.LogLevelCritical, "pdroute: no VM context: SetVMContext was not called in init()")
+		return false
+	}
+	return bool(vm.root.OnVMStart(int(vmConfigurationSize)))
+}
+
+//go:wasmexport proxy_on_configure
+func proxyOnConfigure(rootContextID, pluginConfigurationSize uint32) bool {
+	enter(rootContextID)
+	p := vm.plugins[rootContextID]
+	return p != nil && bool(p.OnPluginStart(int(pluginConfigurationSize)))
+}
+
+//go:wasmexport proxy_on_tick
+func proxyOnTick(rootContextID uint32) {
+	enter(rootContextID)
+	if p := vm.plugins[rootContextID]; p != nil {
+		p.OnTick()
+	}
+}
+
+//go:wasmexport proxy_on_queue_ready
+func proxyOnQueueReady(rootContextID, queueID uint32) {
+	enter(rootContextID)
+	if p := vm.plugins[rootContextID]; p != nil {
+		p.OnQueueReady(queueID)
+	}
+}
+
+// stream returns the stream contextID for a stream callback; streams the
+// plugin does not handle (or no longer knows) pass through.
+func stream(contextID uint32) *streamGuard {
+	enter(contextID)
+	return guards.streams[contextID]
+}
+
+const continueAction = uint32(types.ActionContinue)
+
+//go:wasmexport proxy_on_request_headers
+func proxyOnRequestHeaders(contextID, numHeaders uint32, endOfStream bool) uint32 {
+	if s := stream(contextID); s != nil {
+		return uint32(s.OnHttpRequestHeaders(int(numHeaders), endOfStream))
+	}
+	return continueAction
+}
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(contextID, bodySize uint32, endOfStream bool) uint32 {
+	if s := stream(contextID); s != nil {
+		return uint32(s.OnHttpRequestBody(int(bodySize), endOfStream))
+	}
+	return continueAction
+}
+
+//go:wasmexport proxy_on_request_trailers
+func proxyOnRequestTrailers(contextID, numTrailers uint32) uint32 {
+	if s := stream(contextID); s != nil {
+		return uint32(s.OnHttpRequestTrailers(int(numTrailers)))
+	}
+	return continueAction
+}
+
+//go:wasmexport proxy_on_response_headers
+func proxyOnResponseHeaders(contextID, numHeaders uint32, endOfStream bool) uint32 {
+	if s := stream(contextID); s != nil {
+		return uint32(s.OnHttpResponseHeaders(int(numHeaders), endOfStream))
+	}
+	return continueAction
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(contextID, bodySize uint32, endOfStream bool) uint32 {
+	if s := stream(contextID); s != nil {
+		return uint32(s.OnHttpResponseBody(int(bodySize), endOfStream))
+	}
+	return continueAction
+}
+
+//go:wasmexport proxy_on_response_trailers
+func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
+	if s := stream(contextID); s != nil {
+		return uint32(s.OnHttpResponseTrailers(int(numTrailers)))
+	}
+	return continueAction
+}
+
+// proxyOnHttpCallResponse receives every http-call answer on the root
+// context. The callback runs with its dispatching context as effective
+// context, or is dropped if that context has ended.
+//
+//go:wasmexport proxy_on_http_call_response
+func proxyOnHttpCallResponse(rootContextID, token, numHeaders, bodySize, numTrailers uint32) {
+	enter(rootContextID)
+	c, ok := vm.callouts[token]
+	if !ok {
+		return
+	}
+	delete(vm.callouts, token)
+	if c.caller != rootContextID {
+		if !alive(c.caller) {
+			return
+		}
+		if err := SetEffectiveContext(c.caller); err != nil {
+			LogErrorf("pdroute: http call %d: caller %d: %v", token, c.caller, err)
+			return
+		}
+	}
+	c.callBack(int(numHeaders), int(bodySize), int(numTrailers))
+}
+
+//go:wasmexport proxy_on_log
+func proxyOnLog(contextID uint32) {
+	if s := stream(contextID); s != nil {
+		s.OnHttpStreamDone()
+	}
+}
+
+//go:wasmexport proxy_on_done
+func proxyOnDone(contextID uint32) bool {
+	enter(contextID)
+	if p := vm.plugins[contextID]; p != nil {
+		return p.OnPluginDone()
+	}
+	return true
+}
+
+// proxyOnDelete forgets everything the context held: a stream the host
+// never logged, or a root with the calls the host now cancels. A root's
+// streams are gone before the root, so those are the calls whose caller is
+// the root or no longer alive (the latter would be dropped on arrival).
+//
+//go:wasmexport proxy_on_delete
+func proxyOnDelete(contextID uint32) {
+	enter(contextID)
+	delete(guards.streams, contextID)
+	if vm.plugins[contextID] == nil {
+		return
+	}
+	delete(vm.plugins, contextID)
+	for token, c := range vm.callouts {
+		if c.caller == contextID || !alive(c.caller) {
+			delete(vm.callouts, token)
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package abi
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// A Go panic that escapes a wasm export is a trap, and a trap fails the whole
+// VM: every stream of that Envoy worker. The wrappers below stop panics at
+// each callback of the user's contexts instead, once, in plain Go, so the
+// native (proxytest) and wasm builds fail a panicking stream the same way.
+
+// guardState is the per-VM bookkeeping of the recovery layer.
+type guardState struct {
+	// streams holds the live HTTP streams by context id: from NewHttpContext
+	// to OnHttpStreamDone (or proxy_on_delete if the host skips the log call).
+	streams map[uint32]*streamGuard
+	// active is the context whose code runs now: set on every callback entry
+	// and by SetEffectiveContext. Http calls are attributed to it.
+	active uint32
+}
+
+var guards = newGuardState()
+
+func newGuardState() guardState {
+	return guardState{streams: map[uint32]*streamGuard{}}
+}
+
+// Guard wraps vm so that every callback of it, of the plugin contexts it
+// creates and of their HTTP contexts, recovers panics:
+//   - a stream callback (or an http-call callback dispatched by a stream):
+//     logged at error level with the context id and callback name; the stream
+//     gets a 500 local reply with an OpenAI-style JSON error or, if its
+//     response headers already went downstream, is closed; afterwards its
+//     callbacks return Continue without entering user code, except
+//     OnHttpStreamDone, which still runs (under its own recovery) so the
+//     plugin can release what the stream holds;
+//   - OnVMStart / OnPluginStart: logged, and the start fails (config rejected);
+//   - other root callbacks (tick, queue, root http calls, done): logged, and
+//     the VM keeps running.
+//
+// SetVMContext applies Guard itself. Native tests under proxytest pass
+// Guard(vm) to proxytest's WithVMContext so they exercise the same recovery.
+// Guard starts a fresh per-VM state: call it once per VM (or per emulator).
+func Guard(vm types.VMContext) types.VMContext {
+	guards = newGuardState()
+	return &vmGuard{user: vm}
+}
+
+// internalErrorHeaders are the headers of the 500 reply for a panic.
+var internalErrorHeaders = [][2]string{{"content-type", "application/json"}}
+
+// internalErrorDetails is the response code detail Envoy logs for the reply.
+const internalErrorDetails = "pdroute_internal_error"
+
+// internalErrorBody is the OpenAI-style error body for a panic value.
+func internalErrorBody(panicValue any) []byte {
+	msg, _ := json.Marshal("pdroute: internal error: " + fmt.Sprint(panicValue))
+	return []byte(`{"error":{"message":` + string(msg) + `,"type":"internal_error","code":500}}`)
+}
+
+func logPanic(contextID uint32, callback string, panicValue any) {
+	LogErrorf("pdroute: panic in %s (context %d): %v\n%s", callback, contextID, panicValue, debug.Stack())
+}
+
+type vmGuard struct{ user types.VMContext }
+
+func (g *vmGuard) OnVMStart(vmConfigurationSize int) (ok types.OnVMStartStatus) {
+	defer catchStart(0, "OnVMStart", (*bool)(&ok))
+	return g.user.OnVMStart(vmConfigurationSize)
+}
+
+func (g *vmGuard) NewPluginContext(contextID uint32) types.PluginContext {
+	return &pluginGuard{id: contextID, user: newPluginContext(g.user, contextID)}
+}
+
+// newPluginContext calls the user's factory; if it panics the root gets a
+// plugin whose start fails, so the host rejects the configuration.
+func newPluginContext(vm types.VMContext, contextID uint32) (p types.PluginContext) {
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(contextID, "NewPluginContext", r)
+			p = &failedPlugin{}
+		}
+	}()
+	return vm.NewPluginContext(contextID)
+}
+
+// failedPlugin stands for a plugin context whose creation panicked.
+type failedPlugin struct{ types.DefaultPluginContext }
+
+func (*failedPlugin) OnPluginStart(int) types.OnPluginStartStatus { return false }
+
+// catchStart is deferred by start callbacks: a panic is logged and the start
+// reported as failed.
+func catchStart(contextID uint32, callback string, ok *bool) {
+	if r := recover(); r != nil {
+		logPanic(contextID, callback, r)
+		*ok = false
+	}
+}
+
+// catchRoot is deferred by the other root callbacks: a panic is logged only.
+func catchRoot(contextID uint32, callback string) {
+	if r := recover(); r != nil {
+		logPanic(contextID, callback, r)
+	}
+}
+
+type pluginGuard struct {
+	id   uint32
+	user types.PluginContext
+}
+
+func (p *pluginGuard) OnPluginStart(pluginConfigurationSize int) (ok types.OnPluginStartStatus) {
+	guards.active = p.id
+	defer catchStart(p.id, "OnPluginStart", (*bool)(&ok))
+	return p.user.OnPluginStart(pluginConfigurationSize)
+}
+
+func (p *pluginGuard) OnPluginDone() (done bool) {
+	guards.active = p.id
+	// A panicking plugin cannot finish pending work: report done so the host
+	// can delete it instead of waiting forever.
+	done = true
+	defer catchRoot(p.id, "OnPluginDone")
+	return p.user.OnPluginDone()
+}
+
+func (p *pluginGuard) OnQueueReady(queueID uint32) {
+	guards.active = p.id
+	defer catchRoot(p.id, "OnQueueReady")
+	p.user.OnQueueReady(queueID)
+}
+
+func (p *pluginGuard) OnTick() {
+	guards.active = p.id
+	defer catchRoot(p.id, "OnTick")
+	p.user.OnTick()
+}
+
+// NewTcpContext returns nil: pdroute is an HTTP filter only.
+func (p *pluginGuard) NewTcpContext(uint32) types.TcpContext { return nil }
+
+func (p *pluginGuard) NewHttpContext(contextID uint32) types.HttpContext {
+	guards.active = contextID
+	user, ok := newHttpContext(p.user, contextID)
+	if !ok {
+		return nil
+	}
+	s := &streamGuard{id: contextID, user: user}
+	guards.streams[contextID] = s
+	return s
+}
+
+// newHttpContext calls the user's factory. ok is false if the plugin does
+// not handle HTTP. If the factory panics the stream gets a context that
+// fails it at its first callback, so the client sees the 500.
+func newHttpContext(p types.PluginContext, contextID uint32) (h types.HttpContext, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(contextID, "NewHttpContext", r)
+			h, ok = &failedStream{panicValue: r}, true
+		}
+	}()
+	h = p.NewHttpContext(contextID)
+	return h, h != nil
+}
+
+// failedStream stands for an HTTP context whose creation panicked: it
+// re-raises that panic at the first callback, where the stream guard turns it
+// into the 500 reply.
+type failedStream struct {
+	types.DefaultHttpContext
+	panicValue any
+}
+
+func (f *failedStream) OnHttpRequestHeaders(int, bool) types.Action { panic(f.panicValue) }
+
+// streamGuard wraps one HTTP context.
+type streamGuard struct {
+	id   uint32
+	user types.HttpContext
+	// failed is set once a callback panicked: user code is not entered again
+	// except OnHttpStreamDone.
+	failed bool
+	// responseStarted is set once response headers may have gone downstream;
+	// a local reply is impossible from then on.
+	responseStarted bool
+}
+
+// catch is deferred by every stream callback that returns an action.
+func (s *streamGuard) catch(callback string, action *types.Action) {
+	if r := recover(); r != nil {
+		*action = s.fail(callback, r)
+	}
+}
+
+// fail records a panic of the stream's user code and ends the stream for the
+// client: a 500 JSON reply, or a reset once the response has started.
+func (s *streamGuard) fail(callback string, panicValue any) types.Action {
+	s.failed = true
+	logPanic(s.id, callback, panicValue)
+	// The panicking code may have moved the effective context elsewhere.
+	if err := SetEffectiveContext(s.id); err != nil {
+		LogErrorf("pdroute: stream %d: set effective context after panic: %v", s.id, err)
+	}
+	if s.responseStarted {
+		if err := CloseHttpResponse(); err != nil {
+			LogErrorf("pdroute: stream %d: close after panic: %v", s.id, err)
+		}
+		return types.ActionPause
+	}
+	if err := sendLocalResponse(500, internalErrorDetails, internalErrorHeaders, internalErrorBody(panicValue), -1); err != nil {
+		LogErrorf("pdroute: stream %d: 500 reply after panic: %v", s.id, err)
+	}
+	return types.ActionPause
+}
+
+func (s *streamGuard) OnHttpRequestHeaders(numHeaders int, endOfStream bool) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch("OnHttpRequestHeaders", &action)
+	return s.user.OnHttpRequestHeaders(numHeaders, endOfStream)
+}
+
+func (s *streamGuard) OnHttpRequestBody(bodySize int, endOfStream bool) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch("OnHttpRequestBody", &action)
+	return s.user.OnHttpRequestBody(bodySize, endOfStream)
+}
+
+func (s *streamGuard) OnHttpRequestTrailers(numTrailers int) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch("OnHttpRequestTrailers", &action)
+	return s.user.OnHttpRequestTrailers(numTrailers)
+}
+
+func (s *streamGuard) OnHttpResponseHeaders(numHeaders int, endOfStream bool) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch("OnHttpResponseHeaders", &action)
+	action = s.user.OnHttpResponseHeaders(numHeaders, endOfStream)
+	if action == types.ActionContinue {
+		s.responseStarted = true
+	}
+	return action
+}
+
+func (s *streamGuard) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch("OnHttpResponseBody", &action)
+	return s.user.OnHttpResponseBody(bodySize, endOfStream)
+}
+
+func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch("OnHttpResponseTrailers", &action)
+	return s.user.OnHttpResponseTrailers(numTrailers)
+}
+
+// OnHttpStreamDone runs even for a failed stream so the plugin can release
+// what the stream holds; a panic here is only logged. The stream leaves the
+// registry: a late http-call answer for it is dropped.
+func (s *streamGuard) OnHttpStreamDone() {
+	delete(guards.streams, s.id)
+	guards.active = s.id
+	defer catchRoot(s.id, "OnHttpStreamDone")
+	s.user.OnHttpStreamDone()
+}
+
+// guardCallout wraps an http-call callback dispatched by context caller.
+func guardCallout(caller uint32, callBack func(numHeaders, bodySize, numTrailers int)) func(int, int, int) {
+	return func(numHeaders, bodySize, numTrailers int) {
+		s := guards.streams[caller]
+		if s != nil && s.failed {
+			return
+		}
+		guards.active = caller
+		defer catchCallout(caller, s)
+		callBack(numHeaders, bodySize, numTrailers)
+	}
+}
+
+// catchCallout is deferred by http-call callbacks: a panic fails the calling
+// stream, or is only logged for a root caller.
+func catchCallout(caller uint32, s *streamGuard) {
+	if r := recover(); r != nil {
+		if s != nil {
+			s.fail("http call callback", r)
+			return
+		}
+		logPanic(caller, "http call callback", r)
+	}
+}

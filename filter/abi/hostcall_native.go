@@ -1,0 +1,214 @@
+//go:build !wasip1
+
+package abi
+
+import (
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi/abispec"
+)
+
+// Native build: every primitive delegates to the SDK's proxywasm package, so
+// the plugin runs under the SDK's proxytest host. Where the SDK has no
+// equivalent, the primitive does the closest honest thing and says so.
+
+func setVMContext(vm types.VMContext) { proxywasm.SetVMContext(vm) }
+
+var sdkLog = [...]func(string){
+	abispec.LogLevelTrace:    proxywasm.LogTrace,
+	abispec.LogLevelDebug:    proxywasm.LogDebug,
+	abispec.LogLevelInfo:     proxywasm.LogInfo,
+	abispec.LogLevelWarn:     proxywasm.LogWarn,
+	abispec.LogLevelError:    proxywasm.LogError,
+	abispec.LogLevelCritical: proxywasm.LogCritical,
+}
+
+func logMessage(level abispec.LogLevel, msg string) { sdkLog[level](msg) }
+
+// getLogLevel: proxytest records every level, so everything is enabled.
+func getLogLevel() (abispec.LogLevel, error) { return abispec.LogLevelTrace, nil }
+
+func getProperty(path []string) ([]byte, error)     { return proxywasm.GetProperty(path) }
+func setProperty(path []string, value []byte) error { return proxywasm.SetProperty(path, value) }
+
+// sdkMap holds the SDK functions serving one header map; nil where the SDK
+// offers none (the public API never asks for those).
+type sdkMap struct {
+	get          func() ([][2]string, error)
+	set          func([][2]string) error
+	value        func(key string) (string, error)
+	add, replace func(key, value string) error
+	remove       func(key string) error
+}
+
+var sdkMaps = map[abispec.MapType]sdkMap{
+	abispec.MapTypeHttpRequestHeaders: {
+		proxywasm.GetHttpRequestHeaders, proxywasm.ReplaceHttpRequestHeaders,
+		proxywasm.GetHttpRequestHeader, proxywasm.AddHttpRequestHeader,
+		proxywasm.ReplaceHttpRequestHeader, proxywasm.RemoveHttpRequestHeader,
+	},
+	abispec.MapTypeHttpRequestTrailers: {
+		proxywasm.GetHttpRequestTrailers, proxywasm.ReplaceHttpRequestTrailers,
+		proxywasm.GetHttpRequestTrailer, proxywasm.AddHttpRequestTrailer,
+		proxywasm.ReplaceHttpRequestTrailer, proxywasm.RemoveHttpRequestTrailer,
+	},
+	abispec.MapTypeHttpResponseHeaders: {
+		proxywasm.GetHttpResponseHeaders, proxywasm.ReplaceHttpResponseHeaders,
+		proxywasm.GetHttpResponseHeader, proxywasm.AddHttpResponseHeader,
+		proxywasm.ReplaceHttpResponseHeader, proxywasm.RemoveHttpResponseHeader,
+	},
+	abispec.MapTypeHttpResponseTrailers: {
+		proxywasm.GetHttpResponseTrailers, proxywasm.ReplaceHttpResponseTrailers,
+		proxywasm.GetHttpResponseTrailer, proxywasm.AddHttpResponseTrailer,
+		proxywasm.ReplaceHttpResponseTrailer, proxywasm.RemoveHttpResponseTrailer,
+	},
+	abispec.MapTypeHttpCallResponseHeaders:  {get: proxywasm.GetHttpCallResponseHeaders},
+	abispec.MapTypeHttpCallResponseTrailers: {get: proxywasm.GetHttpCallResponseTrailers},
+}
+
+func getMap(t abispec.MapType) ([][2]string, error)             { return sdkMaps[t].get() }
+func setMap(t abispec.MapType, pairs [][2]string) error         { return sdkMaps[t].set(pairs) }
+func getMapValue(t abispec.MapType, key string) (string, error) { return sdkMaps[t].value(key) }
+func addMapValue(t abispec.MapType, key, value string) error {
+	return sdkMaps[t].add(key, value)
+}
+func replaceMapValue(t abispec.MapType, key, value string) error {
+	return sdkMaps[t].replace(key, value)
+}
+func removeMapValue(t abispec.MapType, key string) error { return sdkMaps[t].remove(key) }
+
+// sdkBuffer holds the SDK functions serving one buffer.
+type sdkBuffer struct {
+	get                      func(start, maxSize int) ([]byte, error)
+	append, prepend, replace func([]byte) error
+}
+
+// wholeBuffer adapts the SDK's configuration getters, which take no range:
+// the public API always reads them whole.
+func wholeBuffer(get func() ([]byte, error)) func(int, int) ([]byte, error) {
+	return func(int, int) ([]byte, error) { return get() }
+}
+
+var sdkBuffers = map[abispec.BufferType]sdkBuffer{
+	abispec.BufferTypeHttpRequestBody: {
+		proxywasm.GetHttpRequestBody, proxywasm.AppendHttpRequestBody,
+		proxywasm.PrependHttpRequestBody, proxywasm.ReplaceHttpRequestBody,
+	},
+	abispec.BufferTypeHttpResponseBody: {
+		proxywasm.GetHttpResponseBody, proxywasm.AppendHttpResponseBody,
+		proxywasm.PrependHttpResponseBody, proxywasm.ReplaceHttpResponseBody,
+	},
+	abispec.BufferTypeHttpCallResponseBody: {get: proxywasm.GetHttpCallResponseBody},
+	abispec.BufferTypeVMConfiguration:      {get: wholeBuffer(proxywasm.GetVMConfiguration)},
+	abispec.BufferTypePluginConfiguration:  {get: wholeBuffer(proxywasm.GetPluginConfiguration)},
+}
+
+func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
+	return sdkBuffers[t].get(start, maxSize)
+}
+
+func setBuffer(t abispec.BufferType, op bufferOp, data []byte) error {
+	b := sdkBuffers[t]
+	switch op {
+	case bufferAppend:
+		return b.append(data)
+	case bufferPrepend:
+		return b.prepend(data)
+	default:
+		return b.replace(data)
+	}
+}
+
+func continueStream(t abispec.StreamType) error {
+	if t == abispec.StreamTypeResponse {
+		return proxywasm.ResumeHttpResponse()
+	}
+	return proxywasm.ResumeHttpRequest()
+}
+
+// closeStream: the SDK exposes no HTTP close (its emulator only logs), so be
+// honest about it.
+func closeStream(abispec.StreamType) error { return types.ErrorUnimplemented }
+
+// sendLocalResponse: the SDK cannot pass response code details; they are
+// dropped.
+func sendLocalResponse(code uint32, _ string, headers [][2]string, body []byte, grpcStatus int32) error {
+	return proxywasm.SendHttpResponse(code, headers, body, grpcStatus)
+}
+
+// callStatus is what GetStatus reports: Envoy's (11, "reset") inside the
+// callback of a failed call, else (0, "").
+var callStatus struct {
+	code    uint32
+	message string
+}
+
+func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeout uint32, callBack func(int, int, int)) (uint32, error) {
+	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeout,
+		func(numHeaders, bodySize, numTrailers int) {
+			if numHeaders == 0 {
+				callStatus.code, callStatus.message = uint32(abispec.StatusBrokenConnection), "reset"
+			}
+			defer func() { callStatus.code, callStatus.message = 0, "" }()
+			callBack(numHeaders, bodySize, numTrailers)
+		})
+}
+
+func getStatus() (uint32, string, error) { return callStatus.code, callStatus.message, nil }
+
+func getSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }
+func setSharedData(key string, data []byte, cas uint32) error {
+	return proxywasm.SetSharedData(key, data, cas)
+}
+
+func registerSharedQueue(name string) (uint32, error) { return proxywasm.RegisterSharedQueue(name) }
+func resolveSharedQueue(vmID, name string) (uint32, error) {
+	return proxywasm.ResolveSharedQueue(vmID, name)
+}
+func enqueueSharedQueue(id uint32, data []byte) error { return proxywasm.EnqueueSharedQueue(id, data) }
+func dequeueSharedQueue(id uint32) ([]byte, error)    { return proxywasm.DequeueSharedQueue(id) }
+
+func setTickPeriod(ms uint32) error       { return proxywasm.SetTickPeriodMilliSeconds(ms) }
+func setEffectiveContext(id uint32) error { return proxywasm.SetEffectiveContext(id) }
+func done()                               { proxywasm.PluginDone() }
+
+// The SDK's metric calls panic on a host error instead of returning it;
+// proxytest never fails a defined metric, so these report no error.
+
+func defineMetric(t abispec.MetricType, name string) (uint32, error) {
+	switch t {
+	case abispec.MetricTypeCounter:
+		return uint32(proxywasm.DefineCounterMetric(name)), nil
+	case abispec.MetricTypeGauge:
+		return uint32(proxywasm.DefineGaugeMetric(name)), nil
+	default:
+		return uint32(proxywasm.DefineHistogramMetric(name)), nil
+	}
+}
+
+func addMetric(t abispec.MetricType, id uint32, delta int64) error {
+	if t == abispec.MetricTypeCounter {
+		proxywasm.MetricCounter(id).Increment(uint64(delta))
+	} else {
+		proxywasm.MetricGauge(id).Add(delta)
+	}
+	return nil
+}
+
+func recordMetric(id uint32, value uint64) error {
+	proxywasm.MetricHistogram(id).Record(value)
+	return nil
+}
+
+func getMetric(t abispec.MetricType, id uint32) (uint64, error) {
+	switch t {
+	case abispec.MetricTypeCounter:
+		return proxywasm.MetricCounter(id).Value(), nil
+	case abispec.MetricTypeGauge:
+		return uint64(proxywasm.MetricGauge(id).Value()), nil
+	default:
+		return proxywasm.MetricHistogram(id).Value(), nil
+	}
+}

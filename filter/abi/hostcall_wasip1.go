@@ -1,0 +1,352 @@
+//go:build wasip1
+
+package abi
+
+import (
+	"errors"
+	"strings"
+	"unsafe"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi/abispec"
+)
+
+// Host functions (module env). Sizes and ids are uint32, in-pointers *byte,
+// out-words *uint32: all lower to i32 (metric values to i64), matching
+// abispec.HostFunctions exactly. The compiler moves whatever these pointers
+// point to onto the heap (an import may keep them), and Go's heap does not
+// move, so the host may write through them even while it re-enters the
+// allocator. Every function returns a proxy_status_t.
+
+//go:wasmimport env proxy_log
+func proxyLog(level uint32, msg *byte, msgLen uint32) uint32
+
+//go:wasmimport env proxy_get_log_level
+func proxyGetLogLevel(level *uint32) uint32
+
+//go:wasmimport env proxy_get_status
+func proxyGetStatus(code *uint32, msgPtr *uint32, msgLen *uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func proxyGetProperty(path *byte, pathLen uint32, retPtr *uint32, retLen *uint32) uint32
+
+//go:wasmimport env proxy_set_property
+func proxySetProperty(path *byte, pathLen uint32, value *byte, valueLen uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func proxyGetBufferBytes(bufferType, start, maxSize uint32, retPtr *uint32, retLen *uint32) uint32
+
+//go:wasmimport env proxy_set_buffer_bytes
+func proxySetBufferBytes(bufferType, start, size uint32, data *byte, dataLen uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func proxyGetHeaderMapPairs(mapType uint32, retPtr *uint32, retLen *uint32) uint32
+
+//go:wasmimport env proxy_set_header_map_pairs
+func proxySetHeaderMapPairs(mapType uint32, pairs *byte, pairsLen uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_value
+func proxyGetHeaderMapValue(mapType uint32, key *byte, keyLen uint32, retPtr *uint32, retLen *uint32) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func proxyAddHeaderMapValue(mapType uint32, key *byte, keyLen uint32, value *byte, valueLen uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func proxyReplaceHeaderMapValue(mapType uint32, key *byte, keyLen uint32, value *byte, valueLen uint32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func proxyRemoveHeaderMapValue(mapType uint32, key *byte, keyLen uint32) uint32
+
+//go:wasmimport env proxy_continue_stream
+func proxyContinueStream(streamType uint32) uint32
+
+//go:wasmimport env proxy_close_stream
+func proxyCloseStream(streamType uint32) uint32
+
+//go:wasmimport env proxy_send_local_response
+func proxySendLocalResponse(code uint32, details *byte, detailsLen uint32, body *byte, bodyLen uint32,
+	headers *byte, headersLen uint32, grpcStatus int32) uint32
+
+//go:wasmimport env proxy_http_call
+func proxyHttpCall(cluster *byte, clusterLen uint32, headers *byte, headersLen uint32, body *byte, bodyLen uint32,
+	trailers *byte, trailersLen uint32, timeoutMillis uint32, token *uint32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func proxyGetSharedData(key *byte, keyLen uint32, retPtr *uint32, retLen *uint32, cas *uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func proxySetSharedData(key *byte, keyLen uint32, value *byte, valueLen uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_register_shared_queue
+func proxyRegisterSharedQueue(name *byte, nameLen uint32, queueID *uint32) uint32
+
+//go:wasmimport env proxy_resolve_shared_queue
+func proxyResolveSharedQueue(vmID *byte, vmIDLen uint32, name *byte, nameLen uint32, queueID *uint32) uint32
+
+//go:wasmimport env proxy_enqueue_shared_queue
+func proxyEnqueueSharedQueue(queueID uint32, value *byte, valueLen uint32) uint32
+
+//go:wasmimport env proxy_dequeue_shared_queue
+func proxyDequeueSharedQueue(queueID uint32, retPtr *uint32, retLen *uint32) uint32
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func proxySetTickPeriodMilliseconds(period uint32) uint32
+
+//go:wasmimport env proxy_set_effective_context
+func proxySetEffectiveContext(contextID uint32) uint32
+
+//go:wasmimport env proxy_done
+func proxyDone() uint32
+
+//go:wasmimport env proxy_define_metric
+func proxyDefineMetric(metricType uint32, name *byte, nameLen uint32, metricID *uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxyIncrementMetric(metricID uint32, offset int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(metricID uint32, value uint64) uint32
+
+//go:wasmimport env proxy_get_metric
+func proxyGetMetric(metricID uint32, value *uint64) uint32
+
+// statusError is a host status the SDK's types package has no error for.
+type statusError abispec.Status
+
+func (e statusError) Error() string {
+	return "error status returned by host: " + abispec.Status(e).String()
+}
+
+// toError maps a host status to the SDK's error values, as the SDK does.
+func toError(status uint32) error {
+	switch abispec.Status(status) {
+	case abispec.StatusOK:
+		return nil
+	case abispec.StatusNotFound:
+		return types.ErrorStatusNotFound
+	case abispec.StatusBadArgument:
+		return types.ErrorStatusBadArgument
+	case abispec.StatusEmpty:
+		return types.ErrorStatusEmpty
+	case abispec.StatusCasMismatch:
+		return types.ErrorStatusCasMismatch
+	case abispec.StatusInternalFailure:
+		return types.ErrorInternalFailure
+	case abispec.StatusUnimplemented:
+		return types.ErrorUnimplemented
+	}
+	return statusError(status)
+}
+
+func bytesPtr(b []byte) *byte { return unsafe.SliceData(b) }
+
+func stringPtr(s string) *byte { return unsafe.StringData(s) }
+
+// errForeignMemory means the host returned a pointer the allocator never
+// handed out: a host bug, reported instead of reading arbitrary memory.
+var errForeignMemory = errors.New("pdroute/abi: host returned memory the module did not allocate")
+
+// hostReturn receives the (pointer, length) words of a host call that returns
+// data. One instance serves every call: the VM is single-threaded and no host
+// call that returns data runs inside another (the allocator makes none).
+var hostReturn struct{ ptr, size uint32 }
+
+// callReturning runs a host call that writes hostReturn and claims the data.
+// An OK status with no data is (nil, nil).
+func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
+	hostReturn.ptr, hostReturn.size = 0, 0
+	if err := toError(call(&hostReturn.ptr, &hostReturn.size)); err != nil {
+		return nil, err
+	}
+	if hostReturn.ptr == 0 {
+		return nil, nil
+	}
+	return claim(hostReturn.ptr, hostReturn.size)
+}
+
+// callReturningData is callReturning where no data means NotFound, as the
+// SDK reports empty buffers and maps.
+func callReturningData(call func(ptr, size *uint32) uint32) ([]byte, error) {
+	b, err := callReturning(call)
+	if err == nil && b == nil {
+		return nil, types.ErrorStatusNotFound
+	}
+	return b, err
+}
+
+func logMessage(level abispec.LogLevel, msg string) {
+	proxyLog(uint32(level), stringPtr(msg), uint32(len(msg)))
+}
+
+func getLogLevel() (abispec.LogLevel, error) {
+	var level uint32
+	err := toError(proxyGetLogLevel(&level))
+	return abispec.LogLevel(level), err
+}
+
+// propertyPath joins path segments with NUL, the ABI's property path form.
+func propertyPath(path []string) string { return strings.Join(path, "\x00") }
+
+func getProperty(path []string) ([]byte, error) {
+	p := propertyPath(path)
+	return callReturning(func(ptr, size *uint32) uint32 {
+		return proxyGetProperty(stringPtr(p), uint32(len(p)), ptr, size)
+	})
+}
+
+func setProperty(path []string, value []byte) error {
+	p := propertyPath(path)
+	return toError(proxySetProperty(stringPtr(p), uint32(len(p)), bytesPtr(value), uint32(len(value))))
+}
+
+func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
+	return callReturningData(func(ptr, size *uint32) uint32 {
+		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
+	})
+}
+
+// setBuffer maps the operation onto proxy_set_buffer_bytes(start, size):
+// Envoy drains size bytes at start 0 then prepends, and appends at start ≥
+// length.
+func setBuffer(t abispec.BufferType, op bufferOp, data []byte) error {
+	var start, size uint32
+	switch op {
+	case bufferAppend:
+		start = whole
+	case bufferReplace:
+		size = whole
+	}
+	return toError(proxySetBufferBytes(uint32(t), start, size, bytesPtr(data), uint32(len(data))))
+}
+
+func getMap(t abispec.MapType) ([][2]string, error) {
+	b, err := callReturningData(func(ptr, size *uint32) uint32 {
+		return proxyGetHeaderMapPairs(uint32(t), ptr, size)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return abispec.ParsePairs(b)
+}
+
+func setMap(t abispec.MapType, pairs [][2]string) error {
+	b := abispec.AppendPairs(nil, pairs)
+	return toError(proxySetHeaderMapPairs(uint32(t), bytesPtr(b), uint32(len(b))))
+}
+
+func getMapValue(t abispec.MapType, key string) (string, error) {
+	b, err := callReturning(func(ptr, size *uint32) uint32 {
+		return proxyGetHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)), ptr, size)
+	})
+	return string(b), err
+}
+
+func addMapValue(t abispec.MapType, key, value string) error {
+	return toError(proxyAddHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)),
+		stringPtr(value), uint32(len(value))))
+}
+
+func replaceMapValue(t abispec.MapType, key, value string) error {
+	return toError(proxyReplaceHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)),
+		stringPtr(value), uint32(len(value))))
+}
+
+func removeMapValue(t abispec.MapType, key string) error {
+	return toError(proxyRemoveHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key))))
+}
+
+func continueStream(t abispec.StreamType) error { return toError(proxyContinueStream(uint32(t))) }
+
+func closeStream(t abispec.StreamType) error { return toError(proxyCloseStream(uint32(t))) }
+
+func sendLocalResponse(code uint32, details string, headers [][2]string, body []byte, grpcStatus int32) error {
+	h := abispec.AppendPairs(nil, headers)
+	return toError(proxySendLocalResponse(code, stringPtr(details), uint32(len(details)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), grpcStatus))
+}
+
+func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeout uint32, callBack func(int, int, int)) (uint32, error) {
+	h := abispec.AppendPairs(nil, headers)
+	t := abispec.AppendPairs(nil, trailers)
+	var token uint32
+	err := toError(proxyHttpCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(h), uint32(len(h)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(t), uint32(len(t)), timeout, &token))
+	if err != nil {
+		return 0, err
+	}
+	vm.callouts[token] = callout{caller: guards.active, callBack: callBack}
+	return token, nil
+}
+
+func getStatus() (uint32, string, error) {
+	var code uint32
+	msg, err := callReturning(func(ptr, size *uint32) uint32 {
+		return proxyGetStatus(&code, ptr, size)
+	})
+	return code, string(msg), err
+}
+
+func getSharedData(key string) ([]byte, uint32, error) {
+	var cas uint32
+	value, err := callReturning(func(ptr, size *uint32) uint32 {
+		return proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &cas)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return value, cas, nil
+}
+
+func setSharedData(key string, data []byte, cas uint32) error {
+	return toError(proxySetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(data), uint32(len(data)), cas))
+}
+
+func registerSharedQueue(name string) (uint32, error) {
+	var id uint32
+	err := toError(proxyRegisterSharedQueue(stringPtr(name), uint32(len(name)), &id))
+	return id, err
+}
+
+func resolveSharedQueue(vmID, name string) (uint32, error) {
+	var id uint32
+	err := toError(proxyResolveSharedQueue(stringPtr(vmID), uint32(len(vmID)), stringPtr(name), uint32(len(name)), &id))
+	return id, err
+}
+
+func enqueueSharedQueue(id uint32, data []byte) error {
+	return toError(proxyEnqueueSharedQueue(id, bytesPtr(data), uint32(len(data))))
+}
+
+func dequeueSharedQueue(id uint32) ([]byte, error) {
+	return callReturning(func(ptr, size *uint32) uint32 {
+		return proxyDequeueSharedQueue(id, ptr, size)
+	})
+}
+
+func setTickPeriod(ms uint32) error { return toError(proxySetTickPeriodMilliseconds(ms)) }
+
+func setEffectiveContext(id uint32) error { return toError(proxySetEffectiveContext(id)) }
+
+// done ignores the status: Envoy answers NotFound unless the root was
+// pending, and the SDK's PluginDone returns nothing either.
+func done() { proxyDone() }
+
+func defineMetric(t abispec.MetricType, name string) (uint32, error) {
+	var id uint32
+	err := toError(proxyDefineMetric(uint32(t), stringPtr(name), uint32(len(name)), &id))
+	return id, err
+}
+
+func addMetric(_ abispec.MetricType, id uint32, delta int64) error {
+	return toError(proxyIncrementMetric(id, delta))
+}
+
+func recordMetric(id uint32, value uint64) error { return toError(proxyRecordMetric(id, value)) }
+
+func getMetric(_ abispec.MetricType, id uint32) (uint64, error) {
+	var v uint64
+	err := toError(proxyGetMetric(id, &v))
+	return v, err
+}
