@@ -1,0 +1,425 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ErrNoEndpoint is returned by [Balancer.Pick] when every endpoint of the pool is
+// cooling down or has a probe outstanding. The caller answers 503 or falls back.
+var ErrNoEndpoint = errors.New("lb: no usable endpoint")
+
+// ErrNotRecorded is returned when a shared update could not be committed: the key
+// kept changing for casAttempts reads in a row, or the store failed.
+var ErrNotRecorded = errors.New("lb: shared state not updated (contention or store failure)")
+
+const (
+	// casAttempts bounds every read-modify-write: past it the operation gives up
+	// (see Lease.Unrecorded) instead of spinning inside a request callback.
+	casAttempts = 8
+	// probeExpiry frees a half-open probe slot whose lease never reported or
+	// released (its VM died): longer than any sane time to first byte.
+	probeExpiry = 2 * time.Minute
+	// anchorKey holds a value whose cas is used to create keys only if absent.
+	anchorKey = "lb/cas-anchor"
+)
+
+// Balancer chooses endpoints of one pool for one VM. Its shared state is in the
+// Store; see the package documentation for what is shared and how to release.
+// A Balancer is not safe for concurrent use.
+type Balancer struct {
+	cfg      PoolConfig
+	store    Store
+	rng      *rand.Rand
+	keys     poolKeys
+	nameHash []uint64 // per endpoint, for prefix affinity
+	all      []int    // 0..n-1: the usable set when no endpoint is out
+	anchor   uint32   // cas of an anchorKey write, 0 until known
+
+	// Per-VM scratch reused by every pick. usable is the pick's usable endpoints:
+	// all, or usableBuf when some endpoint is out.
+	usable     []int
+	usableBuf  []int
+	health     []healthEntry
+	engineLoad []float64 // per endpoint, filled by engineLoads
+	buf        []byte
+
+	// debt[i] is in-flight decrements for endpoint i not yet written because of
+	// contention; owed says whether any is non-zero.
+	debt []uint32
+	owed bool
+}
+
+type poolKeys struct{ rotation, inflight, health, stats, qps string }
+
+// New returns the balancer of pool (e.g. "prefill" or "decode") for one VM. cfg must
+// pass [PoolConfig.Validate]; src is this VM's random source (seed it per VM, or
+// VMs draw the same sequence).
+//
+// The shared keys are "lb/<pool>/<fingerprint>/<kind>", where the fingerprint hashes
+// the endpoint names in order: every VM with the same endpoint list shares state,
+// and a reload that changes the list starts from fresh keys instead of reading
+// counts indexed for another list.
+func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, error) {
+	if pool == "" || strings.Contains(pool, "/") {
+		return nil, fmt.Errorf("lb: pool name %q must be non-empty and contain no '/'", pool)
+	}
+	if store == nil || src == nil {
+		return nil, errors.New("lb: store and random source are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Endpoints = slices.Clone(cfg.Endpoints)
+	n := len(cfg.Endpoints)
+	b := &Balancer{
+		cfg:        cfg,
+		store:      store,
+		rng:        rand.New(src),
+		nameHash:   make([]uint64, n),
+		all:        make([]int, n),
+		usableBuf:  make([]int, 0, n),
+		health:     make([]healthEntry, n),
+		engineLoad: make([]float64, n),
+		debt:       make([]uint32, n),
+	}
+	fp := fnv.New64a()
+	for i, e := range cfg.Endpoints {
+		fp.Write([]byte(e.Name))
+		fp.Write([]byte{0})
+		h := fnv.New64a()
+		h.Write([]byte(e.Name))
+		b.nameHash[i] = mix64(h.Sum64())
+		b.all[i] = i
+	}
+	base := fmt.Sprintf("lb/%s/%016x/", pool, fp.Sum64())
+	b.keys = poolKeys{
+		rotation: base + "rotation",
+		inflight: base + "inflight",
+		health:   base + "health",
+		stats:    base + "stats",
+		qps:      base + "qps",
+	}
+	return b, nil
+}
+
+// Pick chooses an endpoint at time now. prefixKey is the request's prompt-prefix
+// hash (tokenest); only PrefixAffinity reads it.
+//
+// If an endpoint's cool-down is over, this pick claims it as the single half-open
+// probe (shared by all VMs) and returns it with Decision ByProbe. Otherwise the
+// pool's strategy chooses among the usable endpoints. The only error is
+// ErrNoEndpoint; contention never fails a pick (see Lease.Unrecorded).
+func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
+	var l Lease
+	if probe := b.loadHealth(now, &l); probe >= 0 {
+		l.Index, l.Decision, l.probeAt = probe, ByProbe, now.UnixNano()
+		if b.cfg.Strategy.countsInflight() {
+			b.countInflight(&l, func(inflightView) int { return probe })
+		}
+	} else if len(b.usable) == 0 {
+		return nil, ErrNoEndpoint
+	} else {
+		b.choose(now, prefixKey, &l)
+	}
+	out := l
+	out.b = b
+	return &out, nil
+}
+
+func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
+	switch b.cfg.Strategy {
+	case RoundRobin:
+		l.Index = b.rotate(l)
+	case Random:
+		l.Index = b.usable[b.rng.IntN(len(b.usable))]
+	case QPS:
+		b.pickQPS(now, l)
+	case LeastLoaded:
+		if !b.engineLoads(b.loadStats(), b.usable, now.UnixNano()) {
+			l.Decision = ByRoundRobinFallback
+			i := b.rotate(l)
+			b.countInflight(l, func(inflightView) int { return i })
+			return
+		}
+		start := b.rng.IntN(len(b.usable))
+		b.countInflight(l, func(v inflightView) int {
+			return b.argmin(start, func(i int) float64 { return b.load(i, v, true) })
+		})
+	case PowerOfTwo:
+		k := len(b.usable)
+		x, y := b.rng.IntN(k), 0
+		if k > 1 {
+			if y = b.rng.IntN(k - 1); y >= x {
+				y++
+			}
+		}
+		pair := [2]int{b.usable[x], b.usable[y]}
+		withStats := b.engineLoads(b.loadStats(), pair[:], now.UnixNano())
+		b.countInflight(l, func(v inflightView) int {
+			if b.load(pair[1], v, withStats) < b.load(pair[0], v, withStats) {
+				return pair[1]
+			}
+			return pair[0]
+		})
+	case PrefixAffinity:
+		b.countInflight(l, func(v inflightView) int { return b.affinity(v, prefixKey) })
+	}
+}
+
+// update is one bounded optimistic read-modify-write of key. mutate receives the
+// current value (nil when absent or unreadable) and returns the value to write, or
+// nil to leave the key as it is; it runs again on every cas mismatch. update
+// returns the mismatches met and whether the last mutate's result was committed
+// (written, or nothing to write).
+func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries int, committed bool) {
+	for range casAttempts {
+		cur, cas, err := b.store.Get(key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			cur, cas = nil, b.absentCAS()
+		case err != nil:
+			mutate(nil)
+			return retries, false
+		}
+		next := mutate(cur)
+		if next == nil {
+			return retries, true
+		}
+		err = b.store.Set(key, next, cas)
+		if err == nil {
+			return retries, true
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return retries, false
+		}
+		retries++
+	}
+	return retries, false
+}
+
+// absentCAS returns the cas to write a key that Get reported absent. A Set on an
+// absent key succeeds whatever its cas, but fails with a mismatch if another VM
+// created the key meanwhile unless cas happens to be that key's cas. The cas of a
+// write to anchorKey belongs to that write only, so no other key can have it (until
+// the 32-bit counter wraps): creating with it is "create if absent", and two VMs
+// creating the same key cannot overwrite each other. 0 (an unconditional create)
+// is the fallback when the anchor cannot be read.
+func (b *Balancer) absentCAS() uint32 {
+	if b.anchor == 0 {
+		if _, _, err := b.store.Get(anchorKey); errors.Is(err, ErrNotFound) {
+			_ = b.store.Set(anchorKey, []byte{valueVersion}, 0) // checked by the Get below
+		}
+		if _, cas, err := b.store.Get(anchorKey); err == nil {
+			b.anchor = cas
+		}
+	}
+	return b.anchor
+}
+
+// read returns the value of key, or nil when it is absent or the store fails.
+func (b *Balancer) read(key string) []byte {
+	v, _, err := b.store.Get(key)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// rotate advances the shared rotation and returns the usable endpoint it names.
+func (b *Balancer) rotate(l *Lease) int {
+	var c uint64
+	r, ok := b.update(b.keys.rotation, func(cur []byte) []byte {
+		c, _ = parseRotation(cur) // absent or garbage: start at 0
+		b.buf = appendRotation(b.buf[:0], c+1)
+		return b.buf
+	})
+	l.note(r, ok)
+	return b.usable[c%uint64(len(b.usable))]
+}
+
+// countInflight runs decide on the shared in-flight counts and increments the
+// chosen endpoint in the same write, so concurrent VMs see each other's picks. It
+// also pays this VM's release debt.
+func (b *Balancer) countInflight(l *Lease, decide func(inflightView) int) {
+	r, ok := b.update(b.keys.inflight, func(cur []byte) []byte {
+		v := b.inflight(cur)
+		b.payDebt(v)
+		l.Index = decide(v)
+		v.inc(l.Index)
+		return v
+	})
+	b.settleDebt(ok)
+	l.note(r, ok)
+	l.counted = ok
+}
+
+// inflight returns cur as this pool's in-flight value, or a zero one.
+func (b *Balancer) inflight(cur []byte) inflightView {
+	if v, ok := parseInflight(cur); ok && v.len() == len(b.all) {
+		return v
+	}
+	b.buf = newInflight(b.buf, len(b.all))
+	return inflightView(b.buf)
+}
+
+func (b *Balancer) payDebt(v inflightView) {
+	if !b.owed {
+		return
+	}
+	for i, d := range b.debt {
+		if d > 0 {
+			v.sub(i, d)
+		}
+	}
+}
+
+func (b *Balancer) settleDebt(committed bool) {
+	if committed && b.owed {
+		clear(b.debt)
+		b.owed = false
+	}
+}
+
+// release gives back one in-flight count of endpoint i, now or with this VM's next
+// in-flight write if the store stays contended.
+func (b *Balancer) release(i int) {
+	b.debt[i]++
+	b.owed = true
+	_, ok := b.update(b.keys.inflight, func(cur []byte) []byte {
+		v := b.inflight(cur)
+		b.payDebt(v)
+		return v
+	})
+	b.settleDebt(ok)
+}
+
+func (b *Balancer) pickQPS(now time.Time, l *Lease) {
+	bucket := b.qpsBucket(now)
+	start := b.rng.IntN(len(b.usable))
+	r, ok := b.update(b.keys.qps, func(cur []byte) []byte {
+		q := b.qpsWindow(cur, bucket)
+		l.Index = b.argmin(start, func(i int) float64 { return float64(q.total(i)) })
+		q.record(l.Index)
+		return q
+	})
+	l.note(r, ok)
+}
+
+// qpsWidth is the width of one qps bucket in nanoseconds.
+func (b *Balancer) qpsWidth() int64 { return int64(b.cfg.QPSWindow / qpsBuckets) }
+
+func (b *Balancer) qpsBucket(now time.Time) int64 { return now.UnixNano() / b.qpsWidth() }
+
+// qpsWindow returns cur as this pool's qps window moved to bucket, or a new empty
+// window when cur is absent, garbage, for another window width, or more than a
+// window in the future (which only garbage can be, as VMs share one clock).
+func (b *Balancer) qpsWindow(cur []byte, bucket int64) qpsView {
+	q, ok := parseQPS(cur)
+	if !ok || q.len() != len(b.all) || q.width() != b.qpsWidth() || q.head() > bucket+qpsBuckets {
+		b.buf = newQPS(b.buf, len(b.all), b.qpsWidth(), bucket)
+		q = qpsView(b.buf)
+	}
+	q.advance(bucket)
+	return q
+}
+
+// loadStats returns this pool's engine stats, or nil (all missing).
+func (b *Balancer) loadStats() statsView {
+	if v, ok := parseStats(b.read(b.keys.stats)); ok && v.len() == len(b.all) {
+		return v
+	}
+	return nil
+}
+
+// fresh reports whether stats observed at observed (unix ns, 0 = never) are within
+// StatsMaxAge of t, on either side: VMs share a clock, so a small negative age is
+// ordering between VMs, while a far-future time can only be garbage.
+func (b *Balancer) fresh(observed, t int64) bool {
+	maxAge := int64(b.cfg.StatsMaxAge)
+	return observed != 0 && observed >= t-maxAge && observed <= t+maxAge
+}
+
+// engineLoads sets b.engineLoad[i] = running_weight×running + waiting_weight×waiting
+// for each endpoint i of idx, and reports whether all of them have fresh stats
+// (stopping at the first that has not).
+func (b *Balancer) engineLoads(stats statsView, idx []int, t int64) bool {
+	if stats == nil {
+		return false
+	}
+	for _, i := range idx {
+		observed, running, waiting := stats.queue(i)
+		if !b.fresh(observed, t) {
+			return false
+		}
+		b.engineLoad[i] = b.cfg.RunningWeight*running + b.cfg.WaitingWeight*waiting
+	}
+	return true
+}
+
+// load is endpoint i's weighted in-flight, plus its engine load if withStats (set
+// by a successful engineLoads for i in this pick).
+func (b *Balancer) load(i int, v inflightView, withStats bool) float64 {
+	x := b.cfg.InflightWeight * float64(v.get(i))
+	if withStats {
+		x += b.engineLoad[i]
+	}
+	return x
+}
+
+// argmin returns the usable endpoint with the lowest score, scanning from usable
+// position start so that ties are broken at random rather than towards index 0.
+func (b *Balancer) argmin(start int, score func(i int) float64) int {
+	k := len(b.usable)
+	best := b.usable[start]
+	bestScore := score(best)
+	for j := 1; j < k; j++ {
+		i := b.usable[(start+j)%k]
+		if s := score(i); s < bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// affinity is rendezvous hashing with bounded loads: the usable endpoint with the
+// highest hash of (key, endpoint) among those that can take one more request
+// without exceeding ceil(factor × (total in-flight + 1) / usable).
+func (b *Balancer) affinity(v inflightView, key uint64) int {
+	var total uint64
+	for _, i := range b.usable {
+		total += uint64(v.get(i))
+	}
+	k := uint64(len(b.usable))
+	limit := uint64(math.Ceil(b.cfg.AffinityLoadFactor * float64(total+1) / float64(k)))
+	// ceil((total+1)/k) in integers: the least-loaded endpoint always fits under
+	// it, so some endpoint is admissible whatever float rounding did above.
+	limit = max(limit, (total+k)/k)
+	best, bestScore := -1, uint64(0)
+	for _, i := range b.usable {
+		if uint64(v.get(i)) >= limit {
+			continue
+		}
+		if s := mix64(key ^ b.nameHash[i]); best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// mix64 is the splitmix64 finalizer: a bijection whose output bits each depend on
+// all input bits, so (key ^ endpoint) scores are independent across endpoints.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

@@ -1,0 +1,232 @@
+package lb
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Strategy names how a pool chooses an endpoint. The zero value is RoundRobin.
+type Strategy uint8
+
+// The strategies; their JSON names are given by [Strategy.String].
+const (
+	// RoundRobin rotates over the usable endpoints with one counter shared by all
+	// VMs, so the distribution is exactly even however many workers pick.
+	RoundRobin Strategy = iota
+	// Random picks a usable endpoint uniformly; it touches no shared state.
+	Random
+	// LeastLoaded picks the lowest running_weight×running + waiting_weight×waiting +
+	// inflight_weight×in-flight, and rotates like RoundRobin while any usable
+	// endpoint lacks fresh engine stats.
+	LeastLoaded
+	// QPS picks the endpoint with the fewest requests started in the last
+	// qps_window.
+	QPS
+	// PowerOfTwo draws two distinct usable endpoints at random and takes the less
+	// loaded one (same load as LeastLoaded; engine stats count only when both are
+	// fresh).
+	PowerOfTwo
+	// PrefixAffinity sends equal prompt prefixes to the same endpoint (rendezvous
+	// hashing of the prefix key) unless that endpoint is above affinity_load_factor
+	// × the mean in-flight, in which case the key's next choice takes it.
+	PrefixAffinity
+)
+
+var strategyNames = [...]string{
+	RoundRobin:     "round_robin",
+	Random:         "random",
+	LeastLoaded:    "least_loaded",
+	QPS:            "qps",
+	PowerOfTwo:     "power_of_two",
+	PrefixAffinity: "prefix_affinity",
+}
+
+// String returns the strategy's configuration name, e.g. "least_loaded".
+func (s Strategy) String() string {
+	if int(s) < len(strategyNames) {
+		return strategyNames[s]
+	}
+	return fmt.Sprintf("strategy(%d)", uint8(s))
+}
+
+// ParseStrategy returns the strategy with configuration name name.
+func ParseStrategy(name string) (Strategy, error) {
+	for s, n := range strategyNames {
+		if n == name {
+			return Strategy(s), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown strategy %q", name)
+}
+
+// countsInflight reports whether the strategy reads pdroute's in-flight counts, and
+// so whether picks and releases must maintain them.
+func (s Strategy) countsInflight() bool {
+	return s == LeastLoaded || s == PowerOfTwo || s == PrefixAffinity
+}
+
+// MaxEndpoints is the largest pool accepted: the size the shared values and the
+// per-pick cost were designed and benchmarked for (a 512-endpoint in-flight value is
+// 2 KiB, the qps window about 12 KiB).
+const MaxEndpoints = 512
+
+// PoolConfig is one pool ("prefill" or "decode") of the plugin configuration; it
+// mirrors the JSON pool object of docs/CONTRACTS.md, with durations as
+// time.Duration. Start from [DefaultPoolConfig]: zero weights and durations are
+// meaningful values, not "unset".
+type PoolConfig struct {
+	// Strategy (JSON "strategy"). Default RoundRobin: exact, needs no engine
+	// metrics, and is what production-stack uses by default.
+	Strategy Strategy
+
+	// RunningWeight, WaitingWeight and InflightWeight (JSON "running_weight",
+	// "waiting_weight", "inflight_weight") weigh the engine's running and waiting
+	// requests and pdroute's own in-flight count in the load of LeastLoaded and
+	// PowerOfTwo. Default 1 each: a queued request costs about as much as a running
+	// one, and in-flight corrects stats that are up to a scrape interval old.
+	RunningWeight  float64
+	WaitingWeight  float64
+	InflightWeight float64
+
+	// StatsMaxAge (JSON "stats_max_age_ms"): engine stats observed longer ago than
+	// this are stale. Default 15s: three missed scrapes at the 5 s default interval.
+	StatsMaxAge time.Duration
+
+	// QPSWindow (JSON "qps_window_ms"): the sliding window of QPS, kept as 10
+	// buckets of QPSWindow/10. Default 10s; at least 1s.
+	QPSWindow time.Duration
+
+	// AffinityPrefixBytes (JSON "affinity_prefix_bytes"): how much leading prompt
+	// text the caller hashes into the prefix key (computed by tokenest; lb does not
+	// read it). Default 1024.
+	AffinityPrefixBytes int
+
+	// AffinityLoadFactor (JSON "affinity_load_factor"): under PrefixAffinity no
+	// endpoint takes a request that would put it above factor × the mean in-flight
+	// (consistent hashing with bounded loads). Default 1.25, the value the
+	// bounded-loads paper recommends; at least 1.
+	AffinityLoadFactor float64
+
+	// FailureThreshold (JSON "failure_threshold"): consecutive failures that put an
+	// endpoint in cool-down. Default 3: one failure can be a client-caused reset.
+	// 0 disables passive health (no health reads or writes at all).
+	FailureThreshold int
+
+	// Cooldown (JSON "cooldown_ms"): how long a failed endpoint is skipped before one
+	// half-open probe request. Default 10s.
+	Cooldown time.Duration
+
+	// Endpoints (JSON "endpoints"), 1 to MaxEndpoints, with unique non-empty names.
+	// The order is part of the pool's identity (see [New]).
+	Endpoints []Endpoint
+}
+
+// Endpoint mirrors one entry of a pool's "endpoints". Only Name is used by lb (for
+// hashing and the key fingerprint); the rest is for the filter, which also checks
+// the rules between them (cluster xor address, ports).
+type Endpoint struct {
+	// Name (JSON "name") identifies the endpoint in keys, hashing and metrics.
+	Name string
+	// Cluster (JSON "cluster"): Envoy cluster routed to with cluster_header.
+	Cluster string
+	// Address (JSON "address"): host:port routed to through the ORIGINAL_DST cluster.
+	Address string
+	// Host (JSON "host"): the host other engines reach this one at (SGLang
+	// bootstrap_host, orchestrated remote_host); added by filter/config.
+	Host string
+	// MetricsCluster (JSON "metrics_cluster"): cluster for the /metrics scrape;
+	// empty means the endpoint's own cluster.
+	MetricsCluster string
+	// BootstrapPort (JSON "bootstrap_port"): SGLang prefill bootstrap port; 0 means
+	// absent (JSON null), i.e. the engine default.
+	BootstrapPort int
+	// KVReceiver (JSON "kv_receiver"): LMCache decode endpoints only; nil otherwise.
+	KVReceiver *KVReceiver
+}
+
+// KVReceiver mirrors an LMCache decode endpoint's "kv_receiver".
+type KVReceiver struct {
+	Host       string // JSON "host"
+	InitPorts  []int  // JSON "init_ports", one per decoder TP rank
+	AllocPorts []int  // JSON "alloc_ports", one per decoder TP rank
+}
+
+// DefaultPoolConfig returns a pool with every default of docs/CONTRACTS.md and no
+// endpoints.
+func DefaultPoolConfig() PoolConfig {
+	return PoolConfig{
+		Strategy:            RoundRobin,
+		RunningWeight:       1,
+		WaitingWeight:       1,
+		InflightWeight:      1,
+		StatsMaxAge:         15 * time.Second,
+		QPSWindow:           10 * time.Second,
+		AffinityPrefixBytes: 1024,
+		AffinityLoadFactor:  1.25,
+		FailureThreshold:    3,
+		Cooldown:            10 * time.Second,
+	}
+}
+
+// FieldError is a configuration error; Field is the JSON path inside the pool
+// (e.g. "endpoints[2].name"), so the config parser can prefix the pool's own path.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+// Error returns "field: message".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Validate checks what lb relies on and returns a *FieldError for the first problem.
+func (c *PoolConfig) Validate() error {
+	if int(c.Strategy) >= len(strategyNames) {
+		return &FieldError{"strategy", "unknown strategy"}
+	}
+	weights := []struct {
+		field string
+		v     float64
+	}{{"running_weight", c.RunningWeight}, {"waiting_weight", c.WaitingWeight}, {"inflight_weight", c.InflightWeight}}
+	for _, w := range weights {
+		if math.IsNaN(w.v) || math.IsInf(w.v, 0) || w.v < 0 {
+			return &FieldError{w.field, "must be a finite number >= 0"}
+		}
+	}
+	if (c.Strategy == LeastLoaded || c.Strategy == PowerOfTwo) && c.RunningWeight+c.WaitingWeight+c.InflightWeight == 0 {
+		return &FieldError{"inflight_weight", "all load weights are 0, so every endpoint would look idle"}
+	}
+	if c.StatsMaxAge <= 0 {
+		return &FieldError{"stats_max_age_ms", "must be > 0"}
+	}
+	if c.QPSWindow < time.Second {
+		return &FieldError{"qps_window_ms", "must be >= 1000"}
+	}
+	if c.AffinityPrefixBytes < 0 {
+		return &FieldError{"affinity_prefix_bytes", "must be >= 0"}
+	}
+	if math.IsNaN(c.AffinityLoadFactor) || math.IsInf(c.AffinityLoadFactor, 0) || c.AffinityLoadFactor < 1 {
+		return &FieldError{"affinity_load_factor", "must be a finite number >= 1"}
+	}
+	if c.FailureThreshold < 0 || c.FailureThreshold > math.MaxUint16 {
+		return &FieldError{"failure_threshold", fmt.Sprintf("must be in [0, %d]", math.MaxUint16)}
+	}
+	if c.FailureThreshold > 0 && c.Cooldown <= 0 {
+		return &FieldError{"cooldown_ms", "must be > 0 when failure_threshold > 0"}
+	}
+	if len(c.Endpoints) == 0 || len(c.Endpoints) > MaxEndpoints {
+		return &FieldError{"endpoints", fmt.Sprintf("need 1 to %d endpoints, have %d", MaxEndpoints, len(c.Endpoints))}
+	}
+	seen := make(map[string]int, len(c.Endpoints))
+	for i, e := range c.Endpoints {
+		field := fmt.Sprintf("endpoints[%d].name", i)
+		if e.Name == "" {
+			return &FieldError{field, "must not be empty"}
+		}
+		if j, dup := seen[e.Name]; dup {
+			return &FieldError{field, fmt.Sprintf("%q already names endpoints[%d]", e.Name, j)}
+		}
+		seen[e.Name] = i
+	}
+	return nil
+}

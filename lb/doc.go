@@ -1,0 +1,44 @@
+// Package lb chooses the prefill or decode endpoint for a request, correctly across
+// Envoy worker threads, and parses the Prometheus text the engines expose.
+//
+// Envoy runs one wasm VM per worker thread, each with its own Go heap. Balancing
+// state therefore lives in a [Store] with the semantics of proxy-wasm shared data
+// (one store per Envoy process, values replaced with compare-and-swap), and every
+// decision here is written as a bounded optimistic read-modify-write on it.
+//
+// # What is shared, what is per VM
+//
+// Shared by all VMs of a process, in the Store, under keys derived from the pool
+// name and a fingerprint of the pool's endpoint names (see [New]):
+//   - the round-robin rotation counter (round_robin, and least_loaded's fallback);
+//   - pdroute's in-flight count per endpoint (least_loaded, power_of_two,
+//     prefix_affinity: the strategies that read it);
+//   - the qps sliding window (qps);
+//   - passive health: consecutive failures, cool-downs and the half-open probe;
+//   - engine stats with their observation time ([Balancer.PutStats]).
+//
+// Per VM, in the Go heap of one [Balancer]: the configuration, the injected random
+// source, scratch buffers, and decrements that could not yet be written because of
+// contention (they are folded into this VM's next in-flight write). A Balancer is
+// not safe for concurrent use: the filter creates one per pool per VM, and a wasm VM
+// is single-threaded.
+//
+// # How callers must release
+//
+// Every successful [Balancer.Pick] returns a [*Lease]. The caller must:
+//   - call [Lease.Report] once, as soon as the outcome is known (prefill: its answer;
+//     decode: the response headers, a reset or a timeout). It feeds passive health
+//     and decides a half-open probe;
+//   - call [Lease.Release] exactly once when the endpoint's work is over: for
+//     prefill when the prefill answers (not when the whole request ends), for decode
+//     when the stream ends. Further calls are no-ops, so a count is never
+//     decremented twice, and counts never go below zero.
+//
+// A lease taken before a configuration reload keeps pointing at the keys of the
+// endpoint set it was taken from, so releasing it after the set changed touches
+// nothing the new set uses.
+//
+// Nothing here imports proxy-wasm packages, starts goroutines, sets timers or
+// sleeps: the package runs inside the wasm VM. Time is passed in as now; randomness
+// comes from an injected [math/rand/v2.Source]. It imports the standard library only.
+package lb

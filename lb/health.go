@@ -1,0 +1,165 @@
+package lb
+
+import (
+	"math"
+	"time"
+)
+
+// HealthState is an endpoint's passive-health state at some instant.
+type HealthState uint8
+
+const (
+	// Healthy endpoints are usable (they may have fewer than failure_threshold
+	// consecutive failures recorded).
+	Healthy HealthState = iota
+	// CoolingDown endpoints failed failure_threshold times in a row and are skipped
+	// until their cool-down ends.
+	CoolingDown
+	// ProbeDue endpoints ended their cool-down; the next pick of any VM claims them
+	// as the half-open probe.
+	ProbeDue
+	// Probing endpoints have one probe request outstanding and are skipped until it
+	// reports.
+	Probing
+)
+
+// String returns the state's metric label, e.g. "cooling_down".
+func (h HealthState) String() string {
+	switch h {
+	case Healthy:
+		return "healthy"
+	case CoolingDown:
+		return "cooling_down"
+	case ProbeDue:
+		return "probe_due"
+	case Probing:
+		return "probing"
+	}
+	return "unknown"
+}
+
+// state classifies entry e at time t (unix ns).
+func (b *Balancer) state(e healthEntry, t int64) HealthState {
+	switch e.state {
+	case healthOpen:
+		// A cool-down end beyond one cool-down from now cannot have been written by
+		// this configuration (garbage, or a shortened cooldown_ms): not trusted.
+		if t >= e.at || e.at-t > int64(b.cfg.Cooldown) {
+			return ProbeDue
+		}
+		return CoolingDown
+	case healthProbing:
+		if t-e.at >= int64(probeExpiry) || e.at-t > int64(probeExpiry) {
+			return ProbeDue
+		}
+		return Probing
+	}
+	return Healthy
+}
+
+// decodeHealth loads cur into b.health, all healthy when cur is absent or garbage,
+// and reports whether any endpoint has a health entry.
+func (b *Balancer) decodeHealth(cur []byte) bool {
+	return parseHealth(cur, b.health) && len(cur) > healthHeader
+}
+
+// loadHealth sets b.usable to the endpoints usable at now and, if one is ProbeDue,
+// claims it as the probe for this pick (one claim wins across VMs: the claim is a
+// cas write). It returns the claimed endpoint or -1.
+func (b *Balancer) loadHealth(now time.Time, l *Lease) int {
+	if b.cfg.FailureThreshold == 0 {
+		b.usable = b.all
+		return -1
+	}
+	t := now.UnixNano()
+	probe := -1
+	r, ok := b.update(b.keys.health, func(cur []byte) []byte {
+		probe = -1
+		if !b.decodeHealth(cur) {
+			b.usable = b.all // the common case: every endpoint healthy
+			return nil
+		}
+		usable := b.usableBuf[:0]
+		for i, e := range b.health {
+			switch b.state(e, t) {
+			case Healthy:
+				usable = append(usable, i)
+			case ProbeDue:
+				if probe < 0 {
+					probe = i
+				}
+			}
+		}
+		b.usable, b.usableBuf = usable, usable
+		if probe < 0 {
+			return nil
+		}
+		b.health[probe] = healthEntry{failures: b.health[probe].failures, state: healthProbing, at: t}
+		b.buf = appendHealth(b.buf[:0], b.health)
+		return b.buf
+	})
+	l.Retries += r
+	if !ok {
+		return -1 // the claim was not committed: route among the usable ones
+	}
+	return probe
+}
+
+// outcomeAbandoned is what a probe lease released without a report counts as.
+const outcomeAbandoned Outcome = math.MaxUint8
+
+// nextHealth returns endpoint state e after lease l's outcome o at t (unix ns), and
+// false when the outcome changes nothing.
+func (b *Balancer) nextHealth(e healthEntry, l *Lease, o Outcome, t int64) (healthEntry, bool) {
+	failed := healthEntry{failures: e.failures, state: healthOpen, at: t + int64(b.cfg.Cooldown)}
+	if e.failures < math.MaxUint16 {
+		failed.failures++
+	}
+	if l.Decision == ByProbe {
+		if e.state != healthProbing || e.at != l.probeAt {
+			return e, false // not this lease's probe any more
+		}
+		switch o {
+		case Success:
+			return healthEntry{}, true
+		case Failure:
+			return failed, true
+		}
+		return healthEntry{failures: e.failures, state: healthOpen, at: t}, true // probe again
+	}
+	if e.state != healthCounting {
+		return e, false // only the probe decides an endpoint that is out
+	}
+	switch o {
+	case Success:
+		return healthEntry{}, e.failures != 0
+	case Failure:
+		if int(failed.failures) >= b.cfg.FailureThreshold {
+			return failed, true
+		}
+		return healthEntry{failures: failed.failures}, true
+	}
+	return e, false
+}
+
+// recordOutcome applies lease l's outcome to the shared health.
+func (b *Balancer) recordOutcome(l *Lease, o Outcome, now time.Time) error {
+	if b.cfg.FailureThreshold == 0 {
+		return nil
+	}
+	t := now.UnixNano()
+	_, ok := b.update(b.keys.health, func(cur []byte) []byte {
+		b.decodeHealth(cur)
+		next, changed := b.nextHealth(b.health[l.Index], l, o, t)
+		if !changed {
+			return nil
+		}
+		b.health[l.Index] = next
+		b.buf = appendHealth(b.buf[:0], b.health)
+		return b.buf
+	})
+	if !ok {
+		return ErrNotRecorded
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package lb
+
+import (
+	"errors"
+	"sync"
+)
+
+// ErrNotFound is returned by [Store.Get] for a key that was never set
+// (proxy-wasm status NotFound).
+var ErrNotFound = errors.New("lb: shared data key not found")
+
+// ErrCasMismatch is returned by [Store.Set] when the key changed since the cas the
+// caller passed (proxy-wasm status CasMismatch).
+var ErrCasMismatch = errors.New("lb: shared data cas mismatch")
+
+// Store is a key/value store with the semantics of proxy-wasm shared data, shared by
+// every VM of one Envoy process.
+//
+//   - Get returns the value and its cas, or ErrNotFound for a key never set. The
+//     returned slice belongs to the caller, who may modify it.
+//   - Set with cas 0 always stores. With a non-zero cas it stores only if the key is
+//     absent or its current cas equals cas, and otherwise returns ErrCasMismatch.
+//     Set must not keep value after it returns.
+//   - Every successful Set gives the key a new cas from one counter shared by all
+//     keys (Envoy: starts at 1, skips 0).
+//   - There is no delete: an empty value means absent.
+//
+// The filter implements it over proxy_get_shared_data / proxy_set_shared_data;
+// [MemStore] implements it in memory for tests.
+type Store interface {
+	Get(key string) (value []byte, cas uint32, err error)
+	Set(key string, value []byte, cas uint32) error
+}
+
+// MemStore is an in-memory [Store] that copies Envoy's shared-data behaviour, for
+// tests and benchmarks. It is safe for concurrent use. The zero value is ready.
+type MemStore struct {
+	mu      sync.Mutex
+	entries map[string]memEntry
+	lastCas uint32
+}
+
+type memEntry struct {
+	value []byte
+	cas   uint32
+}
+
+// NewMemStore returns an empty MemStore whose first Set gets cas 1.
+func NewMemStore() *MemStore { return &MemStore{} }
+
+// Get implements [Store].
+func (m *MemStore) Get(key string) ([]byte, uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[key]
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	return append([]byte(nil), e.value...), e.cas, nil
+}
+
+// Set implements [Store].
+func (m *MemStore) Set(key string, value []byte, cas uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[key]; ok && cas != 0 && cas != e.cas {
+		return ErrCasMismatch
+	}
+	if m.entries == nil {
+		m.entries = make(map[string]memEntry)
+	}
+	m.lastCas++
+	if m.lastCas == 0 {
+		m.lastCas = 1
+	}
+	m.entries[key] = memEntry{value: append([]byte(nil), value...), cas: m.lastCas}
+	return nil
+}
+
+// WithPrefix returns a Store that stores key k of s as prefix + "/" + k, so that
+// plugins sharing one shared-data namespace do not collide (Istio leaves vm_id empty,
+// which puts every WasmPlugin of a proxy in the same namespace). An empty prefix
+// returns s unchanged.
+func WithPrefix(s Store, prefix string) Store {
+	if prefix == "" {
+		return s
+	}
+	return prefixStore{s: s, prefix: prefix + "/"}
+}
+
+type prefixStore struct {
+	s      Store
+	prefix string
+}
+
+func (p prefixStore) Get(key string) ([]byte, uint32, error) { return p.s.Get(p.prefix + key) }
+
+func (p prefixStore) Set(key string, value []byte, cas uint32) error {
+	return p.s.Set(p.prefix+key, value, cas)
+}
