@@ -1,0 +1,202 @@
+package config
+
+import (
+	"strings"
+
+	"github.com/pdroute/pdroute/filter/apierr"
+)
+
+// Route is what pdroute does with a request.
+type Route uint8
+
+// The routes.
+const (
+	// Passthrough: not a request pdroute handles (method, path or content
+	// type); it goes on untouched and unpaused.
+	Passthrough Route = iota
+	// Direct: handled, but too short to disaggregate: it goes to a decoder,
+	// which prefills itself.
+	Direct
+	// Disaggregate: prefill on a prefill endpoint, then decode.
+	Disaggregate
+)
+
+var routeNames = [...]string{"passthrough", "direct", "disaggregate"}
+
+// String is the route's metric label: passthrough, direct, disaggregate.
+func (r Route) String() string {
+	if int(r) < len(routeNames) {
+		return routeNames[r]
+	}
+	return "unknown"
+}
+
+// Match reports, from the request headers alone, whether pdroute handles a
+// request and which API it speaks: a POST to one of the configured paths
+// (query string ignored) whose content-type is JSON (application/json or any
+// +json type, parameters ignored) or absent — engines parse a body without a
+// content-type as JSON. The plugin pauses and buffers only matched requests.
+func (c *Config) Match(method, path, contentType string) (API, bool) {
+	if method != "POST" || !isJSON(contentType) {
+		return APIUnknown, false
+	}
+	path = stripQuery(path)
+	for _, p := range c.Paths {
+		if p == path {
+			return APIForPath(path), true
+		}
+	}
+	return APIUnknown, false
+}
+
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "" || mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+}
+
+// Decide routes a request from its headers and its estimated input tokens
+// (from tokenest; negative when the estimate failed). A request estimated at
+// threshold_tokens or more is disaggregated; with threshold 0 every handled
+// request is, even without an estimate. A failed estimate with a threshold
+// above 0 goes direct: the decoder can always serve a request alone.
+func (c *Config) Decide(method, path, contentType string, estimate int) Route {
+	if _, ok := c.Match(method, path, contentType); !ok {
+		return Passthrough
+	}
+	if c.ThresholdTokens == 0 || estimate >= c.ThresholdTokens {
+		return Disaggregate
+	}
+	return Direct
+}
+
+// PrefillOutcome classifies how a prefill leg ended.
+type PrefillOutcome uint8
+
+// The prefill outcomes.
+const (
+	// PrefillOK: a 2xx answer the connector can use.
+	PrefillOK PrefillOutcome = iota
+	// PrefillRejected: a 4xx other than 408 and 429 — the request itself is
+	// bad, and the decoder would reject it too.
+	PrefillRejected
+	// PrefillServerError: 5xx, 408, 429, or a status that is not 2xx/4xx.
+	PrefillServerError
+	// PrefillReset: the call failed without an HTTP answer.
+	PrefillReset
+	// PrefillTimeout: no answer within prefill_timeout_ms.
+	PrefillTimeout
+	// PrefillNoEndpoint: no prefill endpoint could be chosen.
+	PrefillNoEndpoint
+	// PrefillBadAnswer: a 2xx answer without usable kv_transfer_params (nixl,
+	// orchestrated) or first_tok (lmcache).
+	PrefillBadAnswer
+)
+
+var outcomeNames = [...]string{"ok", "rejected", "server_error", "reset", "timeout", "no_endpoint", "bad_answer"}
+
+// String is the outcome's metric label.
+func (o PrefillOutcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// ClassifyPrefill classifies a prefill answer from its HTTP status (0 when
+// the call was reset) and whether the connector found what it needs in the
+// body.
+func ClassifyPrefill(status int, usable bool) PrefillOutcome {
+	switch {
+	case status == 0:
+		return PrefillReset
+	case status >= 200 && status < 300 && usable:
+		return PrefillOK
+	case status >= 200 && status < 300:
+		return PrefillBadAnswer
+	case status >= 400 && status < 500 && status != 408 && status != 429:
+		return PrefillRejected
+	}
+	return PrefillServerError
+}
+
+// ActionKind is what the plugin does after the prefill leg.
+type ActionKind uint8
+
+// The actions.
+const (
+	// Proceed builds the decode request from the prefill answer.
+	Proceed ActionKind = iota
+	// Relay returns the prefill's answer (status, body) to the client.
+	Relay
+	// Fallback sends the client's original (sanitised) request to a decoder.
+	Fallback
+	// Fail answers the client with Action.Error.
+	Fail
+)
+
+var actionNames = [...]string{"proceed", "relay", "fallback", "fail"}
+
+// String is the action's metric label.
+func (k ActionKind) String() string {
+	if int(k) < len(actionNames) {
+		return actionNames[k]
+	}
+	return "unknown"
+}
+
+// Action is the plugin's next step; Error is set when Kind is Fail.
+type Action struct {
+	Kind  ActionKind  // what to do
+	Error apierr.Kind // the answer to send when Kind is Fail
+}
+
+// OnPrefill decides what follows a prefill outcome:
+//   - OK → Proceed; a 4xx rejection → Relay (the request is bad);
+//   - any other failure → Fallback under on_prefill_failure "fallback", else
+//     Fail with 503 (no endpoint), 504 (timeout) or 502 (everything else).
+//
+// In sglang mode a failure is always Fail: the decode request, already
+// sent with bootstrap fields, waits for a prefill that will never come, and a
+// request without them is refused by a PD decoder, so there is nothing to
+// fall back to. The plugin ends the decode (an SSE error event when the
+// answer is already streaming) instead of letting it hang until the engine's
+// own timeout.
+func (c *Config) OnPrefill(o PrefillOutcome) Action {
+	switch {
+	case o == PrefillOK:
+		return Action{Kind: Proceed}
+	case returnsToClient(o):
+		return Action{Kind: Relay}
+	case c.shouldFallback():
+		return Action{Kind: Fallback}
+	}
+	return Action{Kind: Fail, Error: prefillError(o)}
+}
+
+// returnsToClient: the prefill engine judged the request itself bad.
+func returnsToClient(o PrefillOutcome) bool { return o == PrefillRejected }
+
+// shouldFallback: a failed prefill is replaced by local prefill on the decoder.
+func (c *Config) shouldFallback() bool {
+	return c.OnPrefillFailure == OnFailureFallback && c.Mode != ModeSGLang
+}
+
+func prefillError(o PrefillOutcome) apierr.Kind {
+	switch o {
+	case PrefillTimeout:
+		return apierr.PrefillTimeout
+	case PrefillNoEndpoint:
+		return apierr.NoPrefillEndpoint
+	}
+	return apierr.PrefillFailed
+}
+
+// OnKVTimeout decides what follows an lmcache KV-ready wait that timed out:
+// Proceed (the decoder recomputes) or Fail with 504, per on_kv_timeout.
+func (c *Config) OnKVTimeout() Action {
+	if c.LMCache.OnKVTimeout == OnKVTimeoutFail {
+		return Action{Kind: Fail, Error: apierr.KVTimeout}
+	}
+	return Action{Kind: Proceed}
+}

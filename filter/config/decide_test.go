@@ -1,0 +1,146 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/pdroute/pdroute/filter/apierr"
+)
+
+func TestMatch(t *testing.T) {
+	c := mustParse(t, edit(t, base[ModeNIXL], "paths", `["/v1/chat/completions","/v1/completions","/openai/v1/responses"]`))
+	tests := []struct {
+		method, path, ctype string
+		api                 API
+		ok                  bool
+	}{
+		{"POST", "/v1/chat/completions", "application/json", APIChat, true},
+		{"POST", "/v1/completions", "application/json; charset=utf-8", APICompletions, true},
+		{"POST", "/v1/completions?api-version=2", "Application/JSON", APICompletions, true},
+		{"POST", "/openai/v1/responses", "", APIResponses, true},
+		{"POST", "/v1/chat/completions", "application/vnd.api+json", APIChat, true},
+		{"POST", "/v1/responses", "application/json", APIUnknown, false}, // not configured
+		{"GET", "/v1/chat/completions", "application/json", APIUnknown, false},
+		{"post", "/v1/chat/completions", "application/json", APIUnknown, false},
+		{"POST", "/v1/chat/completions", "multipart/form-data; boundary=x", APIUnknown, false},
+		{"POST", "/v1/chat/completions", "text/plain", APIUnknown, false},
+		{"POST", "/v1/chat/completions/", "application/json", APIUnknown, false},
+		{"POST", "/V1/chat/completions", "application/json", APIUnknown, false},
+	}
+	for _, tt := range tests {
+		api, ok := c.Match(tt.method, tt.path, tt.ctype)
+		if api != tt.api || ok != tt.ok {
+			t.Errorf("Match(%q, %q, %q) = %v, %v; want %v, %v", tt.method, tt.path, tt.ctype, api, ok, tt.api, tt.ok)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	always := mustParse(t, base[ModeNIXL])
+	at512 := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "512"))
+	tests := []struct {
+		name     string
+		c        *Config
+		method   string
+		path     string
+		estimate int
+		want     Route
+	}{
+		{"threshold 0 always disaggregates", always, "POST", "/v1/completions", 1, Disaggregate},
+		{"threshold 0 even without an estimate", always, "POST", "/v1/completions", -1, Disaggregate},
+		{"below threshold", at512, "POST", "/v1/completions", 511, Direct},
+		{"at threshold", at512, "POST", "/v1/completions", 512, Disaggregate},
+		{"above threshold", at512, "POST", "/v1/chat/completions", 100000, Disaggregate},
+		{"failed estimate goes direct", at512, "POST", "/v1/completions", -1, Direct},
+		{"unhandled path", at512, "POST", "/v1/embeddings", 100000, Passthrough},
+		{"unhandled method", always, "PUT", "/v1/completions", 100000, Passthrough},
+	}
+	for _, tt := range tests {
+		if got := tt.c.Decide(tt.method, tt.path, "application/json", tt.estimate); got != tt.want {
+			t.Errorf("%s: Decide = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if Passthrough.String() != "passthrough" || Disaggregate.String() != "disaggregate" || Route(9).String() != "unknown" {
+		t.Error("Route.String")
+	}
+}
+
+func TestClassifyPrefill(t *testing.T) {
+	tests := []struct {
+		status int
+		usable bool
+		want   PrefillOutcome
+	}{
+		{200, true, PrefillOK},
+		{201, true, PrefillOK},
+		{200, false, PrefillBadAnswer},
+		{0, false, PrefillReset},
+		{400, false, PrefillRejected},
+		{404, false, PrefillRejected},
+		{413, false, PrefillRejected},
+		{451, false, PrefillRejected},
+		{408, false, PrefillServerError},
+		{429, false, PrefillServerError},
+		{500, false, PrefillServerError},
+		{503, true, PrefillServerError},
+		{302, false, PrefillServerError},
+		{101, false, PrefillServerError},
+	}
+	for _, tt := range tests {
+		if got := ClassifyPrefill(tt.status, tt.usable); got != tt.want {
+			t.Errorf("ClassifyPrefill(%d, %v) = %v, want %v", tt.status, tt.usable, got, tt.want)
+		}
+	}
+}
+
+func TestOnPrefill(t *testing.T) {
+	cfg := func(mode Mode, policy string) *Config {
+		return mustParse(t, edit(t, base[mode], "on_prefill_failure", `"`+policy+`"`))
+	}
+	proceed := Action{Kind: Proceed}
+	relay := Action{Kind: Relay}
+	fallback := Action{Kind: Fallback}
+	fail := func(k apierr.Kind) Action { return Action{Kind: Fail, Error: k} }
+	failures := []PrefillOutcome{PrefillServerError, PrefillReset, PrefillTimeout, PrefillNoEndpoint, PrefillBadAnswer}
+	errs := map[PrefillOutcome]apierr.Kind{
+		PrefillServerError: apierr.PrefillFailed, PrefillReset: apierr.PrefillFailed,
+		PrefillTimeout: apierr.PrefillTimeout, PrefillNoEndpoint: apierr.NoPrefillEndpoint,
+		PrefillBadAnswer: apierr.PrefillFailed,
+	}
+	for _, mode := range []Mode{ModeNIXL, ModeOrchestrated, ModeLMCache, ModeSGLang} {
+		for _, policy := range []string{"fallback", "fail"} {
+			c := cfg(mode, policy)
+			if got := c.OnPrefill(PrefillOK); got != proceed {
+				t.Errorf("%s/%s ok: %+v", mode, policy, got)
+			}
+			if got := c.OnPrefill(PrefillRejected); got != relay {
+				t.Errorf("%s/%s rejected: %+v", mode, policy, got)
+			}
+			for _, o := range failures {
+				want := fail(errs[o])
+				if policy == "fallback" && mode != ModeSGLang {
+					want = fallback
+				}
+				if got := c.OnPrefill(o); got != want {
+					t.Errorf("%s/%s %v: got %+v, want %+v", mode, policy, o, got, want)
+				}
+			}
+		}
+	}
+	// Status codes reach the client through apierr.
+	if s, _ := apierr.Response(errs[PrefillTimeout], ""); s != 504 {
+		t.Errorf("timeout status %d", s)
+	}
+	if PrefillBadAnswer.String() != "bad_answer" || Fallback.String() != "fallback" || Fail.String() != "fail" {
+		t.Error("labels")
+	}
+}
+
+func TestOnKVTimeout(t *testing.T) {
+	if got := mustParse(t, base[ModeLMCache]).OnKVTimeout(); got != (Action{Kind: Proceed}) {
+		t.Errorf("default: %+v", got)
+	}
+	c := mustParse(t, edit(t, base[ModeLMCache], "lmcache", `{"on_kv_timeout":"fail"}`))
+	if got := c.OnKVTimeout(); got != (Action{Kind: Fail, Error: apierr.KVTimeout}) {
+		t.Errorf("fail: %+v", got)
+	}
+}

@@ -1,0 +1,374 @@
+package connector
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/tidwall/gjson"
+)
+
+func TestParsePrefillAnswer(t *testing.T) {
+	tests := []struct {
+		name   string
+		in     string
+		kv     KVStatus
+		params string
+		first  FirstToken
+		usable map[config.Mode]bool
+	}{
+		{
+			name: "nixl params", in: `{"id":"cmpl-1","created":17,"model":"m","choices":[{"text":"Hi","finish_reason":"length"}],"kv_transfer_params":{"remote_host":"h" , "tp_size":1}}`,
+			kv: KVPresent, params: `{"remote_host":"h" , "tp_size":1}`,
+			first:  FirstToken{Text: []byte(`"Hi"`), FinishReason: "length", ID: []byte(`"cmpl-1"`), Model: []byte(`"m"`), Created: 17},
+			usable: map[config.Mode]bool{config.ModeNIXL: true, config.ModeOrchestrated: true, config.ModeLMCache: false, config.ModeSGLang: true},
+		},
+		{
+			name: "lmcache first token", in: `{"choices":[{"text":" Paris\n","finish_reason":null},{"text":"x"}],"kv_transfer_params":{"first_tok":12366}}`,
+			kv: KVPresent, params: `{"first_tok":12366}`,
+			first:  FirstToken{OK: true, Token: 12366, Text: []byte(`" Paris\n"`)},
+			usable: map[config.Mode]bool{config.ModeNIXL: true, config.ModeLMCache: true},
+		},
+		{
+			name: "absent", in: `{"choices":[]}`, kv: KVAbsent, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeNIXL: false, config.ModeOrchestrated: false, config.ModeLMCache: false, config.ModeSGLang: true},
+		},
+		{name: "null", in: `{"kv_transfer_params":null}`, kv: KVNull, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeNIXL: false}},
+		{name: "not an object", in: `{"kv_transfer_params":[1]}`, kv: KVNotObject, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeNIXL: false}},
+		{name: "empty", in: `{"kv_transfer_params": { } }`, kv: KVEmpty, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeNIXL: false}},
+		{name: "first_tok not an integer", in: `{"kv_transfer_params":{"first_tok":"5"},"choices":[{"text":null}]}`,
+			kv: KVPresent, params: `{"first_tok":"5"}`, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeLMCache: false}},
+		{name: "negative first_tok", in: `{"kv_transfer_params":{"first_tok":-1}}`,
+			kv: KVPresent, params: `{"first_tok":-1}`, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeLMCache: false}},
+		{name: "odd field types ignored", in: `{"id":5,"model":null,"created":"x","choices":{"text":"y"},"kv_transfer_params":{"first_tok":1.5}}`,
+			kv: KVPresent, params: `{"first_tok":1.5}`, first: FirstToken{Text: []byte(`""`)},
+			usable: map[config.Mode]bool{config.ModeLMCache: false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := ParsePrefillAnswer([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.KV != tt.kv || string(a.KVParams) != tt.params {
+				t.Errorf("kv = %v %s, want %v %s", a.KV, a.KVParams, tt.kv, tt.params)
+			}
+			f, w := a.First, tt.first
+			if f.OK != w.OK || f.Token != w.Token || string(f.Text) != string(w.Text) || f.FinishReason != w.FinishReason ||
+				string(f.ID) != string(w.ID) || string(f.Model) != string(w.Model) || f.Created != w.Created {
+				t.Errorf("first = %+v\nwant %+v", f, w)
+			}
+			for m, want := range tt.usable {
+				if a.Usable(m) != want {
+					t.Errorf("Usable(%s) = %v", m, !want)
+				}
+			}
+		})
+	}
+	for _, bad := range []string{``, `<html>502</html>`, `[{}]`, `{"a":`} {
+		if _, err := ParsePrefillAnswer([]byte(bad)); err == nil {
+			t.Errorf("ParsePrefillAnswer(%q) accepted", bad)
+		}
+	}
+	if KVEmpty.String() != "empty" || KVStatus(9).String() != "unknown" {
+		t.Error("KVStatus.String")
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	random := [16]byte{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+	const generated = "00112233-4455-4677-8899-aabbccddeeff"
+	tests := []struct{ header, want string }{
+		{"3f2b8c1e-0a4d-4e5f-9b6a-7c8d9e0f1a2b", "3f2b8c1e-0a4d-4e5f-9b6a-7c8d9e0f1a2b"},
+		{"01J9Z3K4M5N6P7Q8R9S0T1V2W3", "01J9Z3K4M5N6P7Q8R9S0T1V2W3"},
+		{"trace.span:42_x", "trace.span:42_x"},
+		{strings.Repeat("a", 128), strings.Repeat("a", 128)},
+		{strings.Repeat("a", 129), generated},
+		{"", generated},
+		{"id with space", generated},
+		{"id\r\nx-evil: 1", generated},
+		{`"quoted"`, generated},
+		{"a/b", generated},
+		{"é", generated},
+	}
+	for _, tt := range tests {
+		if got := RequestID(tt.header, random); got != tt.want {
+			t.Errorf("RequestID(%q) = %q, want %q", tt.header, got, tt.want)
+		}
+	}
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for _, r := range [][16]byte{{}, random, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}} {
+		if id := UUIDv4(r); !uuid.MatchString(id) {
+			t.Errorf("UUIDv4(%x) = %q is not a v4 UUID", r, id)
+		}
+	}
+	if UUIDv4([16]byte{}) != "00000000-0000-4000-8000-000000000000" {
+		t.Error(UUIDv4([16]byte{}))
+	}
+}
+
+func req(t *testing.T, api config.API, body string) Request {
+	t.Helper()
+	r, err := NewRequest(api, []byte(body))
+	if err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	return r
+}
+
+func TestLMCacheCheck(t *testing.T) {
+	chat, comp := config.APIChat, config.APICompletions
+	tests := []struct {
+		api    config.API
+		body   string
+		reason string // "" = eligible
+	}{
+		{comp, `{"prompt":"x","max_tokens":2}`, ""},
+		{comp, `{"prompt":[1,2,3]}`, ""},
+		{comp, `{"prompt":"x","max_tokens":null,"logprobs":null,"echo":false,"n":1,"best_of":1}`, ""},
+		{comp, `{"prompt":"x","logprobs":0}`, "logprobs"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"tools":[],"logprobs":false,"top_logprobs":0}`, ""},
+		{chat, `{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"max_completion_tokens":2,"max_tokens":1}`, ""},
+		{comp, `{"max_tokens":5}`, "no prompt"},
+		{comp, `{"prompt":["a","b"]}`, "batched prompt"},
+		{comp, `{"prompt":[[1,2],[3]]}`, "batched prompt"},
+		{comp, `{"prompt":[]}`, "empty prompt"},
+		{comp, `{"prompt":5}`, "prompt is neither text nor token ids"},
+		{comp, `{"prompt":"x","echo":true}`, "echo"},
+		{comp, `{"prompt":"x","logprobs":5}`, "logprobs"},
+		{comp, `{"prompt":"x","n":2}`, "n > 1"},
+		{comp, `{"prompt":"x","best_of":3}`, "best_of > 1"},
+		{comp, `{"prompt":"x","max_tokens":1}`, "max_tokens 1"},
+		{comp, `{"prompt":"x","max_tokens":0}`, "max_tokens 0"},
+		{comp, `{"prompt":"x","max_tokens":2.5}`, "max_tokens 2.5"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":1,"max_tokens":50}`, "max_tokens 1"},
+		{chat, `{"model":"m"}`, "no messages"},
+		{chat, `{"messages":"hi"}`, "no messages"},
+		{chat, `{"messages":["hi"]}`, "a message is not an object"},
+		{chat, `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:"}}]}]}`, "non-text message content"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, "tools"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"logprobs":true}`, "logprobs"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}`, "logprobs"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"n":4}`, "n > 1"},
+		{config.APIResponses, `{"input":"x"}`, "the responses API"},
+	}
+	for _, tt := range tests {
+		err := LMCacheCheck(req(t, tt.api, tt.body))
+		switch {
+		case tt.reason == "" && err != nil:
+			t.Errorf("%s: unexpected %v", tt.body, err)
+		case tt.reason != "" && (!errors.Is(err, ErrNotEligible) || err.Error() != "lmcache: cannot disaggregate: "+tt.reason):
+			t.Errorf("%s: err = %v, want reason %q", tt.body, err, tt.reason)
+		}
+	}
+}
+
+func TestLMCacheDecodeLimits(t *testing.T) {
+	tokens := []byte(`[1,2]`)
+	tests := []struct {
+		api  config.API
+		body string
+		max  string
+		min  string
+	}{
+		{config.APICompletions, `{"prompt":"x","max_tokens":10}`, `9`, ``},
+		{config.APICompletions, `{"prompt":"x"}`, `15`, ``},
+		{config.APICompletions, `{"prompt":"x","max_tokens":null}`, `null`, ``},
+		{config.APICompletions, `{"prompt":"x","max_tokens":3,"min_tokens":3}`, `2`, `2`},
+		{config.APICompletions, `{"prompt":"x","min_tokens":0}`, `15`, `0`},
+		{config.APIChat, `{"messages":[]}`, `null`, ``},
+		{config.APIChat, `{"messages":[],"max_tokens":7}`, `6`, ``},
+		{config.APIChat, `{"messages":[],"max_completion_tokens":null,"max_tokens":7}`, `6`, ``},
+		{config.APIChat, `{"messages":[],"max_completion_tokens":40,"max_tokens":7,"min_tokens":1}`, `39`, `0`},
+	}
+	for _, tt := range tests {
+		r := req(t, tt.api, tt.body)
+		out := LMCacheDecode(r, tokens, 3).Apply([]byte(tt.body))
+		o, err := ParseObject(out)
+		if err != nil {
+			t.Fatalf("%s → %s: %v", tt.body, out, err)
+		}
+		if string(o.Raw("max_tokens")) != tt.max || string(o.Raw("min_tokens")) != tt.min || string(o.Raw("prompt")) != `[1,2,3]` {
+			t.Errorf("%s → %s: want max_tokens %s, min_tokens %q", tt.body, out, tt.max, tt.min)
+		}
+		if tt.api == config.APIChat && (o.Raw("messages") != nil || o.Raw("max_completion_tokens") != nil) {
+			t.Errorf("chat fields leaked into the completion: %s", out)
+		}
+	}
+}
+
+func TestParseTokenizeAnswer(t *testing.T) {
+	tests := []struct{ in, tokens string }{
+		{`{"tokens":[1,2,3],"count":3}`, `[1,2,3]`},
+		{`{"count":1,"tokens":[ 0 ]}`, `[ 0 ]`},
+		{`{"tokens":[]}`, ``},
+		{`{"tokens":[1,-2]}`, ``},
+		{`{"tokens":[1,2.0]}`, ``},
+		{`{"tokens":"1 2"}`, ``},
+		{`{"count":3}`, ``},
+		{`{"tokens":[1,2,3]`, ``},
+	}
+	for _, tt := range tests {
+		got, err := ParseTokenizeAnswer([]byte(tt.in))
+		if string(got) != tt.tokens || (err == nil) != (tt.tokens != "") {
+			t.Errorf("ParseTokenizeAnswer(%s) = %s, %v", tt.in, got, err)
+		}
+	}
+}
+
+func TestLMCacheTokenizeSkipsTokenIDs(t *testing.T) {
+	body, tokens := LMCacheTokenize(req(t, config.APICompletions, `{"model":"m","prompt":[5,6],"temperature":1}`))
+	if body != nil || string(tokens) != `[5,6]` {
+		t.Errorf("token-id prompt: body %s tokens %s", body, tokens)
+	}
+	body, tokens = LMCacheTokenize(req(t, config.APICompletions, `{"model":"m","prompt":"a","temperature":1,"add_special_tokens":false}`))
+	if string(body) != `{"model":"m","prompt":"a","add_special_tokens":false}` || tokens != nil {
+		t.Errorf("text prompt: body %s tokens %s", body, tokens)
+	}
+}
+
+func TestSGLangBatches(t *testing.T) {
+	tests := []struct {
+		api   config.API
+		body  string
+		items int // 0 = single
+		err   error
+	}{
+		{config.APIChat, `{"n":1}`, 0, nil},
+		{config.APIChat, `{"n":2}`, 2, nil},
+		{config.APIChat, `{"n":2.5}`, 0, nil},
+		{config.APIChat, `{"n":4097}`, 0, ErrBatchTooLarge},
+		{config.APIChat, `{"n":1e300}`, 0, ErrBatchTooLarge},
+		{config.APICompletions, `{"prompt":"a"}`, 0, nil},
+		{config.APICompletions, `{"prompt":[1,2,3,4,5]}`, 0, nil},
+		{config.APICompletions, `{"prompt":["a"]}`, 1, nil},
+		{config.APICompletions, `{"prompt":[[1],[2],[3]]}`, 3, nil},
+		{config.APICompletions, `{"prompt":[]}`, 0, nil},
+		{config.APICompletions, `{"prompt":["a"],"n":3}`, 3, nil},
+		{config.APICompletions, `{"prompt":[` + strings.Repeat(`"a",`, 4096) + `"a"]}`, 0, ErrBatchTooLarge},
+		{config.APIGenerate, `{"text":"a"}`, 0, nil},
+		{config.APIGenerate, `{"text":["a","b"]}`, 2, nil},
+		{config.APIGenerate, `{"input_ids":[1,2]}`, 0, nil},
+		{config.APIGenerate, `{"input_ids":[[1],[2]]}`, 2, nil},
+		{config.APIResponses, `{"input":["a","b"]}`, 0, nil},
+	}
+	for _, tt := range tests {
+		rooms := 0
+		edit, err := SGLang(req(t, tt.api, tt.body), &prefillEP, func() uint64 { rooms++; return ^uint64(0) })
+		if !errors.Is(err, tt.err) {
+			t.Errorf("%s: err %v, want %v", tt.body, err, tt.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		out := edit.Apply([]byte(tt.body))
+		room := gjson.GetBytes(out, "bootstrap_room")
+		switch {
+		case tt.items == 0 && (rooms != 1 || room.Raw != "9223372036854775807"):
+			t.Errorf("%s: single request got %d rooms: %s", tt.body, rooms, out)
+		case tt.items > 0 && (rooms != tt.items || len(room.Array()) != tt.items ||
+			len(gjson.GetBytes(out, "bootstrap_host").Array()) != tt.items ||
+			len(gjson.GetBytes(out, "bootstrap_port").Array()) != tt.items):
+			t.Errorf("%s: want %d items: %s", tt.body, tt.items, out)
+		}
+	}
+}
+
+func TestSGLangDecodeLeavesBodyInPlace(t *testing.T) {
+	in := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 1000) + `"}]}`)
+	edit, err := SGLang(req(t, config.APIChat, string(in)), &prefillEP, func() uint64 { return 7 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit.Drain != 1 || string(edit.Prefix) != `{"bootstrap_host":"10.0.0.1","bootstrap_port":8998,"bootstrap_room":7,` {
+		t.Errorf("edit = drain %d prefix %s", edit.Drain, edit.Prefix)
+	}
+}
+
+func TestOrchestratedDecodeErrors(t *testing.T) {
+	r := req(t, config.APIChat, `{"messages":[]}`)
+	if _, err := OrchestratedDecode(r, []byte(`[1]`), &prefillEP, nil); !errors.Is(err, ErrNotObject) {
+		t.Errorf("list params: %v", err)
+	}
+	edit, err := OrchestratedDecode(r, []byte(`{"remote_host":"10.0.0.5"}`), &config.Endpoint{Name: "c", Cluster: "c"}, nil)
+	if err != nil || string(edit.Apply([]byte(`{"messages":[]}`))) != `{"kv_transfer_params":{"remote_host":"10.0.0.5"},"messages":[]}` {
+		t.Errorf("endpoint without host must keep the engine's remote_host: %v %s", err, edit.Prefix)
+	}
+}
+
+func FuzzParsePrefillAnswer(f *testing.F) {
+	for _, s := range []string{
+		`{"choices":[{"text":"a"}],"kv_transfer_params":{"first_tok":1,"remote_host":"h"}}`,
+		`{"kv_transfer_params":null}`, `{"kv_transfer_params":{}}`, `{"choices":{"text":1}}`, `nope`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := ParsePrefillAnswer(b)
+		if err != nil {
+			return
+		}
+		if (a.KV == KVPresent) != (a.KVParams != nil) {
+			t.Fatalf("KV %v with params %q", a.KV, a.KVParams)
+		}
+		if a.KVParams != nil {
+			if o, err := ParseObject(a.KVParams); err != nil || o.Len() == 0 {
+				t.Fatalf("params %q: %v", a.KVParams, err)
+			}
+		}
+		if r := gjson.ParseBytes(a.First.Text); r.Type != gjson.String || r.Raw != string(a.First.Text) {
+			t.Fatalf("first token text %q is not one JSON string", a.First.Text)
+		}
+		if a.First.OK && a.First.Token < 0 {
+			t.Fatalf("negative first token %d", a.First.Token)
+		}
+	})
+}
+
+func FuzzParseTokenizeAnswer(f *testing.F) {
+	f.Add([]byte(`{"tokens":[1,2,3],"count":3}`))
+	f.Add([]byte(`{"tokens":[]}`))
+	f.Add([]byte(`{"tokens":[1,[2]]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tokens, err := ParseTokenizeAnswer(b)
+		if err != nil {
+			return
+		}
+		ids := gjson.ParseBytes(tokens).Array()
+		if len(ids) == 0 {
+			t.Fatalf("empty token list %q accepted", tokens)
+		}
+		for _, id := range ids {
+			if id.Type != gjson.Number || id.Num < 0 || strings.ContainsAny(id.Raw, ".eE-") {
+				t.Fatalf("token %q accepted in %q", id.Raw, tokens)
+			}
+		}
+		head, tail := withElem(tokens, 7)
+		out := append(append([]byte(nil), head...), tail...)
+		if n := len(gjson.ParseBytes(out).Array()); n != len(ids)+1 || !gjson.ValidBytes(out) {
+			t.Fatalf("appendElem(%q) = %q", tokens, out)
+		}
+	})
+}
+
+func FuzzRequestID(f *testing.F) {
+	f.Add("3f2b8c1e-0a4d-4e5f-9b6a-7c8d9e0f1a2b")
+	f.Add("a b")
+	f.Fuzz(func(t *testing.T, header string) {
+		id := RequestID(header, [16]byte{1})
+		if id != header && id != UUIDv4([16]byte{1}) {
+			t.Fatalf("RequestID(%q) = %q", header, id)
+		}
+		if !wellFormedRequestID(id) {
+			t.Fatalf("RequestID(%q) = %q is not well-formed", header, id)
+		}
+	})
+}

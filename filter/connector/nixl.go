@@ -1,0 +1,39 @@
+package connector
+
+// nixlPrefillParams asks vLLM's NixlConnector to keep the prompt's KV blocks
+// for a remote decoder (PROTOCOLS §1).
+var nixlPrefillParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":false,` +
+	`"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
+
+// NIXLPrefill builds the prefill body of the nixl and orchestrated modes,
+// sent to the same path the client used: the sanitised client body with
+// kv_transfer_params asking for remote decode, "stream":false and no
+// stream_options (the answer is read whole), one output token —
+// max_output_tokens for the Responses API, else max_tokens, plus
+// max_completion_tokens when the client set it (vLLM caps chat output with
+// max_completion_tokens before max_tokens; adding it to a request that lacks
+// it would only put an unknown field into /v1/completions) — and no
+// min_tokens or min_completion_tokens, which would contradict one token.
+func NIXLPrefill(r Request) []byte {
+	edits := make([]Edit, 0, 7)
+	edits = append(edits,
+		Set("kv_transfer_params", nixlPrefillParams),
+		Set("stream", jsonFalse),
+		Delete("stream_options"),
+		Set(r.maxTokensField(), jsonOne),
+		Delete("min_tokens"),
+		Delete("min_completion_tokens"))
+	if r.Body.Raw("max_completion_tokens") != nil {
+		edits = append(edits, Set("max_completion_tokens", jsonOne))
+	}
+	return r.Body.Build(edits...)
+}
+
+// NIXLDecode builds the decode body of the nixl mode: the sanitised client
+// body (its own stream, token limits and min_tokens) with the prefill
+// answer's kv_transfer_params, kvParams, spliced in verbatim. The shape of
+// those params changes between vLLM versions, so they are never rebuilt.
+// kvParams is PrefillAnswer.KVParams.
+func NIXLDecode(r Request, kvParams []byte) BodyEdit {
+	return r.Body.Rewrite(Set("kv_transfer_params", kvParams))
+}

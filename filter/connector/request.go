@@ -1,0 +1,70 @@
+// Package connector builds the bodies pdroute sends to engines, one file per
+// mode (nixl, orchestrated, lmcache, sglang) with shared helpers apart: the
+// sanitised client request, the prefill and decode bodies, what is read back
+// from a prefill answer, and the request id both legs carry.
+//
+// Bodies can be 500 KB (128k-token prompts), so nothing here unmarshals a
+// body: Object indexes top-level members by offset and edits copy untouched
+// members byte for byte; values the engines hand back (kv_transfer_params,
+// token ids) are spliced in as the raw bytes received.
+//
+// It is pure Go compiled into the wasm filter: stdlib, gjson and the sibling
+// config package only; no proxy-wasm import, no goroutines, timers or
+// randomness of its own (the caller passes random bytes and room numbers).
+package connector
+
+import (
+	"github.com/pdroute/pdroute/filter/config"
+)
+
+// controlFields are fields that steer engines to each other. A client must
+// never set them: they would make a decoder pull KV from, or an engine
+// connect to, a host of the client's choosing. Beyond the PD fields of vLLM
+// and LMCache (kv_transfer_params, disagg_spec) and SGLang (bootstrap_*),
+// this drops SGLang's newer bootstrap_pair_key (pairs a request with another
+// one's KV) and disagg_prefill_resp (orchestrated mode's own field).
+var controlFields = []string{
+	"kv_transfer_params", "disagg_spec",
+	"bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
+	"disagg_prefill_resp",
+}
+
+// Request is a handled client request ready for the connectors: its API and
+// its body indexed with the client's control fields removed.
+type Request struct {
+	// API is the shape of the body, from the request path.
+	API config.API
+	// Body is the sanitised body; it aliases the bytes given to NewRequest.
+	Body Object
+	// Removed reports whether sanitising removed anything (a metric, and a
+	// sign of a client probing the proxy).
+	Removed bool
+}
+
+// NewRequest indexes and sanitises a client body. Errors are ParseObject's;
+// the plugin answers them with 400. body must not change while the Request
+// is in use.
+func NewRequest(api config.API, body []byte) (Request, error) {
+	o, err := ParseObject(body)
+	if err != nil {
+		return Request{}, err
+	}
+	o, removed := o.Without(controlFields...)
+	return Request{API: api, Body: o, Removed: removed}, nil
+}
+
+// Direct is the edit that turns the client's body into the one a decoder
+// receives when the request is not disaggregated (below the threshold, or
+// a prefill fallback): the sanitised client body. A zero BodyEdit when
+// nothing was removed.
+func (r Request) Direct() BodyEdit {
+	return r.Body.Rewrite()
+}
+
+// maxTokensField is the request field that caps output tokens for r's API.
+func (r Request) maxTokensField() string {
+	if r.API == config.APIResponses {
+		return "max_output_tokens"
+	}
+	return "max_tokens"
+}
