@@ -1,0 +1,62 @@
+package tokenest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// benchBody builds a /v1/completions body whose prompt holds about tokens
+// cl100k tokens of a class's checked-in sample text, repeated.
+func benchBody(tb testing.TB, class string, tokens int) []byte {
+	tb.Helper()
+	data, err := os.ReadFile("testdata/samples/" + class + ".jsonl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var text strings.Builder
+	for n := 0; n < tokens; {
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var s struct {
+				Text   string `json:"text"`
+				Cl100k int    `json:"cl100k"`
+			}
+			if err := json.Unmarshal([]byte(line), &s); err != nil {
+				tb.Fatal(err)
+			}
+			text.WriteString(s.Text)
+			text.WriteString("\n\n")
+			if n += s.Cl100k; n >= tokens {
+				break
+			}
+		}
+	}
+	body, err := json.Marshal(map[string]any{"model": "m", "prompt": text.String(), "max_tokens": 16})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkEstimate measures throughput (MB/s of body) and allocations of
+// both methods on string prompts of English, Chinese and code.
+func BenchmarkEstimate(b *testing.B) {
+	for _, class := range []string{"english", "chinese", "code"} {
+		for _, tokens := range []int{1 << 10, 8 << 10, 32 << 10, 128 << 10} {
+			body := benchBody(b, class, tokens)
+			for _, m := range []Method{Chars4, Default} {
+				b.Run(fmt.Sprintf("%s/%s/%dk", m, class, tokens>>10), func(b *testing.B) {
+					b.SetBytes(int64(len(body)))
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := Estimate(body, "/v1/completions", m); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
