@@ -187,6 +187,15 @@ func ReplaceHttpRequestBody(data []byte) error {
 	return setBuffer(abispec.BufferTypeHttpRequestBody, bufferReplace, data)
 }
 
+// EditHttpRequestBody drops the first drain bytes of the buffered request
+// body and puts prefix in front of the rest: Envoy's
+// proxy_set_buffer_bytes(start 0, size drain). A rewrite that only touches
+// the body's first members then never copies the rest (the prompt) through
+// the wasm heap. The caller fixes content-length.
+func EditHttpRequestBody(drain int, prefix []byte) error {
+	return drainPrepend(abispec.BufferTypeHttpRequestBody, drain, prefix)
+}
+
 // GetHttpRequestTrailers returns all request trailers.
 func GetHttpRequestTrailers() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpRequestTrailers)

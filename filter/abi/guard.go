@@ -62,6 +62,19 @@ func internalErrorBody(panicValue any) []byte {
 	return []byte(`{"error":{"message":` + string(msg) + `,"type":"internal_error","code":500}}`)
 }
 
+// panicReply builds the local reply for a stream whose callback panicked.
+var panicReply = func(panicValue any) (status uint32, body []byte) {
+	return 500, internalErrorBody(panicValue)
+}
+
+// SetPanicReply replaces the status and body of the local reply a panicking
+// stream gets (default: 500 with internalErrorBody), so a plugin can answer
+// in the same error shape as its other errors. Call it before the VM starts
+// (from init); it is not a host call.
+func SetPanicReply(reply func(panicValue any) (status uint32, body []byte)) {
+	panicReply = reply
+}
+
 func logPanic(contextID uint32, callback string, panicValue any) {
 	LogErrorf("pdroute: panic in %s (context %d): %v\n%s", callback, contextID, panicValue, debug.Stack())
 }
@@ -214,7 +227,8 @@ func (s *streamGuard) fail(callback string, panicValue any) types.Action {
 		}
 		return types.ActionPause
 	}
-	if err := sendLocalResponse(500, internalErrorDetails, internalErrorHeaders, internalErrorBody(panicValue), -1); err != nil {
+	status, body := panicReply(panicValue)
+	if err := sendLocalResponse(status, internalErrorDetails, internalErrorHeaders, body, -1); err != nil {
 		LogErrorf("pdroute: stream %d: 500 reply after panic: %v", s.id, err)
 	}
 	return types.ActionPause

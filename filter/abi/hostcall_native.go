@@ -5,6 +5,7 @@ package abi
 import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+	"math"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
 )
@@ -118,6 +119,20 @@ func setBuffer(t abispec.BufferType, op bufferOp, data []byte) error {
 	default:
 		return b.replace(data)
 	}
+}
+
+// drainPrepend emulates proxy_set_buffer_bytes(t, 0, drain, data) with the
+// SDK's whole-buffer calls: proxytest cannot drain part of a buffer.
+func drainPrepend(t abispec.BufferType, drain int, data []byte) error {
+	b := sdkBuffers[t]
+	cur, err := b.get(0, math.MaxInt32)
+	if err != nil {
+		return err
+	}
+	if drain > len(cur) {
+		drain = len(cur)
+	}
+	return b.replace(append(append(make([]byte, 0, len(data)+len(cur)-drain), data...), cur[drain:]...))
 }
 
 func continueStream(t abispec.StreamType) error {

@@ -220,6 +220,11 @@ func setBuffer(t abispec.BufferType, op bufferOp, data []byte) error {
 	return toError(proxySetBufferBytes(uint32(t), start, size, bytesPtr(data), uint32(len(data))))
 }
 
+// drainPrepend is proxy_set_buffer_bytes(t, 0, drain, data).
+func drainPrepend(t abispec.BufferType, drain int, data []byte) error {
+	return toError(proxySetBufferBytes(uint32(t), 0, uint32(drain), bytesPtr(data), uint32(len(data))))
+}
+
 func getMap(t abispec.MapType) ([][2]string, error) {
 	b, err := callReturningData(func(ptr, size *uint32) uint32 {
 		return proxyGetHeaderMapPairs(uint32(t), ptr, size)

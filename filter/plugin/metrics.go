@@ -1,0 +1,84 @@
+package plugin
+
+import (
+	"github.com/pdroute/pdroute/filter/abi"
+	"github.com/pdroute/pdroute/filter/config"
+)
+
+// Metric names follow Envoy's stat naming (lower case, dot-separated, the
+// varying part last). Envoy exposes them as wasmcustom.<name> on /stats and
+// without the prefix on /stats/prometheus (pdroute_requests_disagg, …).
+const (
+	metricPrefix = "pdroute."
+)
+
+// Request paths, the label of pdroute.requests.<path> and of the
+// x-pdroute-path debug header.
+const (
+	pathPassthrough = "passthrough"
+	pathDirect      = "direct"
+	pathDisagg      = "disagg"
+	pathFallback    = "fallback"
+)
+
+// metrics are defined once per root in proxy_on_configure.
+type metrics struct {
+	requests        map[string]abi.MetricCounter
+	prefillFailures map[config.PrefillOutcome]abi.MetricCounter
+	local4xx        abi.MetricCounter
+	local5xx        abi.MetricCounter
+	sanitized       abi.MetricCounter
+	prefillLatency  abi.MetricHistogram
+	tokens          abi.MetricHistogram
+	// lmcache
+	kvReady       abi.MetricCounter
+	kvTimeout     abi.MetricCounter
+	kvWait        abi.MetricHistogram
+	kvPollErrors  abi.MetricCounter
+	waitingGauge  abi.MetricGauge
+	scrapeErrors  abi.MetricCounter
+	scrapeSuccess abi.MetricCounter
+}
+
+var prefillFailureOutcomes = []config.PrefillOutcome{
+	config.PrefillRejected, config.PrefillServerError, config.PrefillReset,
+	config.PrefillTimeout, config.PrefillNoEndpoint, config.PrefillBadAnswer,
+}
+
+func defineMetrics(mode config.Mode) *metrics {
+	m := &metrics{
+		requests:        map[string]abi.MetricCounter{},
+		prefillFailures: map[config.PrefillOutcome]abi.MetricCounter{},
+	}
+	for _, p := range []string{pathPassthrough, pathDirect, pathDisagg, pathFallback} {
+		m.requests[p] = abi.DefineCounterMetric(metricPrefix + "requests." + p)
+	}
+	for _, o := range prefillFailureOutcomes {
+		m.prefillFailures[o] = abi.DefineCounterMetric(metricPrefix + "prefill_failures." + o.String())
+	}
+	m.local4xx = abi.DefineCounterMetric(metricPrefix + "local_replies.4xx")
+	m.local5xx = abi.DefineCounterMetric(metricPrefix + "local_replies.5xx")
+	m.sanitized = abi.DefineCounterMetric(metricPrefix + "sanitized_requests")
+	m.prefillLatency = abi.DefineHistogramMetric(metricPrefix + "prefill_latency_ms")
+	m.tokens = abi.DefineHistogramMetric(metricPrefix + "estimated_tokens")
+	m.scrapeSuccess = abi.DefineCounterMetric(metricPrefix + "stats_scrapes.ok")
+	m.scrapeErrors = abi.DefineCounterMetric(metricPrefix + "stats_scrapes.error")
+	if mode == config.ModeLMCache {
+		m.kvReady = abi.DefineCounterMetric(metricPrefix + "kv_wait.ready")
+		m.kvTimeout = abi.DefineCounterMetric(metricPrefix + "kv_wait.timeout")
+		m.kvPollErrors = abi.DefineCounterMetric(metricPrefix + "kv_wait.poll_errors")
+		m.kvWait = abi.DefineHistogramMetric(metricPrefix + "kv_wait_ms")
+		m.waitingGauge = abi.DefineGaugeMetric(metricPrefix + "kv_wait.waiting")
+	}
+	return m
+}
+
+// localReply counts an answer the filter made itself, by status class.
+func (m *metrics) localReply(status int) {
+	switch {
+	case status >= 500:
+		m.local5xx.Increment(1)
+	case status >= 400:
+		m.local4xx.Increment(1)
+	}
+}

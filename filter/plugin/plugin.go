@@ -1,0 +1,228 @@
+// Package plugin is pdroute's proxy-wasm plugin: the thin context glue that
+// turns Envoy callbacks into calls of the pure packages — filter/config (the
+// configuration and every decision), filter/connector (bodies),
+// filter/apierr (error answers), filter/sse (stream conversion), tokenest
+// (token estimate) and lb (endpoint choice) — and their results into host
+// calls through filter/abi.
+//
+// One root context per plugin per VM holds the parsed configuration, the
+// balancers (state in shared data, so correct across Envoy workers), the
+// metrics and the tick-driven work (engine stats scraping; lmcache's KV-ready
+// long poll). One stream per request runs the state machine of stream.go.
+//
+// Rules of the wasm VM hold here: no goroutines, timers or sleeps (time comes
+// from time.Now, work from ticks and http-call answers), no host call outside
+// a callback, and bounded memory: a request body is read into the heap once
+// to decide, and rewrites go back to Envoy as small edits (abi.EditHttpRequestBody).
+package plugin
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi"
+	"github.com/pdroute/pdroute/filter/apierr"
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/tokenest"
+)
+
+// NewVMContext returns the VM context of the pdroute plugin, for
+// abi.SetVMContext (wasm) or proxytest (native tests).
+func NewVMContext() types.VMContext { return &vmContext{} }
+
+// PanicReply is the local reply of a stream whose callback panicked, in the
+// error shape of every other pdroute answer (for abi.SetPanicReply).
+func PanicReply(panicValue any) (uint32, []byte) {
+	status, body := apierr.Response(apierr.Internal, panicText(panicValue))
+	return uint32(status), body
+}
+
+type vmContext struct{ types.DefaultVMContext }
+
+func (*vmContext) NewPluginContext(id uint32) types.PluginContext {
+	return &rootContext{id: id, streams: map[uint32]*stream{}}
+}
+
+// rootContext is one plugin configuration on one VM.
+type rootContext struct {
+	types.DefaultPluginContext
+	id  uint32
+	cfg *config.Config
+	// method is cfg.TokenMethod parsed once.
+	method tokenest.Method
+	// prefill and decode balance the pools; their state is in shared data.
+	prefill, decode *lb.Balancer
+	// store is shared data under cfg.SharedDataPrefix.
+	store lb.Store
+	// rng is this VM's random source (balancers; seeded from WASI).
+	rng *rand.Rand
+	// instance identifies this root across VMs (scrape lease owner).
+	instance uint64
+	m        *metrics
+	// streams are the live streams of this root, for tick-driven deadlines.
+	streams map[uint32]*stream
+	scrape  scraper
+	kv      *kvWaiter
+	// tickPeriod is the tick the root asked for (ms).
+	tickPeriod uint32
+	// warnedNoBody: the missing allow_on_headers_stop_iteration was logged.
+	warnedNoBody bool
+}
+
+func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
+	data, err := abi.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		abi.LogCriticalf("pdroute: read plugin configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				abi.LogCriticalf("pdroute: invalid configuration: %s", p)
+			}
+		} else {
+			abi.LogCriticalf("pdroute: invalid configuration: %v", err)
+		}
+		return types.OnPluginStartStatusFailed
+	}
+	if err := r.start(cfg); err != nil {
+		abi.LogCriticalf("pdroute: start: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	abi.LogInfof("pdroute: configured: mode %s, threshold %d tokens, %d prefill and %d decode endpoints",
+		cfg.Mode, cfg.ThresholdTokens, len(cfg.Prefill.Endpoints), len(cfg.Decode.Endpoints))
+	return types.OnPluginStartStatusOK
+}
+
+// start builds everything a configuration needs. It runs in
+// proxy_on_configure, where host calls (shared data, metrics, random) are
+// allowed.
+func (r *rootContext) start(cfg *config.Config) error {
+	method, err := tokenest.ParseMethod(cfg.TokenMethod)
+	if err != nil {
+		return err
+	}
+	var seed [24]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return err
+	}
+	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))
+	r.instance = binary.LittleEndian.Uint64(seed[16:]) | 1
+	r.store = lb.WithPrefix(sharedData{}, cfg.SharedDataPrefix)
+	r.prefill, err = lb.New("prefill", poolConfig(cfg.Prefill), r.store, r.rng)
+	if err != nil {
+		return err
+	}
+	r.decode, err = lb.New("decode", poolConfig(cfg.Decode), r.store, r.rng)
+	if err != nil {
+		return err
+	}
+	r.cfg, r.method = cfg, method
+	r.m = defineMetrics(cfg.Mode)
+	r.scrape = newScraper(cfg)
+	if cfg.Mode == config.ModeLMCache {
+		r.kv = newKVWaiter(r)
+	}
+	return r.setTick()
+}
+
+// setTick asks for the tick the work needs: 100 ms in lmcache mode (KV-wait
+// deadlines), else 1 s (scrapes, the body watchdog).
+func (r *rootContext) setTick() error {
+	period := uint32(1000)
+	if r.kv != nil {
+		period = 100
+	}
+	if period == r.tickPeriod {
+		return nil
+	}
+	r.tickPeriod = period
+	return abi.SetTickPeriodMilliSeconds(period)
+}
+
+func (r *rootContext) OnTick() {
+	now := time.Now()
+	r.scrape.tick(r, now)
+	if r.kv != nil {
+		r.kv.tick(now)
+	}
+	for _, s := range r.streams {
+		if s.awaitingBody {
+			r.asStream(s, func() { s.checkBodyWatchdog(now) })
+		}
+	}
+}
+
+func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
+	if r.cfg == nil {
+		return nil // not configured: Envoy rejected the config already
+	}
+	s := &stream{r: r, id: id}
+	r.streams[id] = s
+	return s
+}
+
+// poolConfig converts a configuration pool to the balancer's.
+func poolConfig(p config.Pool) lb.PoolConfig {
+	c := lb.PoolConfig{
+		RunningWeight:       p.RunningWeight,
+		WaitingWeight:       p.WaitingWeight,
+		InflightWeight:      p.InflightWeight,
+		StatsMaxAge:         p.StatsMaxAge,
+		QPSWindow:           p.QPSWindow,
+		AffinityPrefixBytes: p.AffinityPrefixBytes,
+		AffinityLoadFactor:  p.AffinityLoadFactor,
+		FailureThreshold:    p.FailureThreshold,
+		Cooldown:            p.Cooldown,
+		Endpoints:           make([]lb.Endpoint, len(p.Endpoints)),
+	}
+	c.Strategy, _ = lb.ParseStrategy(string(p.Strategy)) // config validated the name
+	for i, e := range p.Endpoints {
+		c.Endpoints[i] = lb.Endpoint{Name: e.Name}
+	}
+	return c
+}
+
+// sharedData is lb.Store over proxy-wasm shared data.
+type sharedData struct{}
+
+func (sharedData) Get(key string) ([]byte, uint32, error) {
+	v, cas, err := abi.GetSharedData(key)
+	if errors.Is(err, types.ErrorStatusNotFound) {
+		return nil, 0, lb.ErrNotFound
+	}
+	return v, cas, err
+}
+
+func (sharedData) Set(key string, value []byte, cas uint32) error {
+	err := abi.SetSharedData(key, value, cas)
+	if errors.Is(err, types.ErrorStatusCasMismatch) {
+		return lb.ErrCasMismatch
+	}
+	return err
+}
+
+// overwrite sets key to value whatever it holds. It passes the current cas
+// rather than 0: Envoy accepts cas 0 on an existing key, the SDK's proxytest
+// emulator does not, and the cas read here works on both.
+func overwrite(store lb.Store, key string, value []byte) error {
+	var err error
+	for range 4 {
+		_, cas, gerr := store.Get(key)
+		if gerr != nil && !errors.Is(gerr, lb.ErrNotFound) {
+			return gerr
+		}
+		if err = store.Set(key, value, cas); !errors.Is(err, lb.ErrCasMismatch) {
+			return err
+		}
+	}
+	return err
+}

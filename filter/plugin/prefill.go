@@ -1,0 +1,228 @@
+package plugin
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi"
+	"github.com/pdroute/pdroute/filter/apierr"
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/filter/connector"
+	"github.com/pdroute/pdroute/lb"
+)
+
+// callAnswer is what an http call returned, read inside its callback (the
+// only place Envoy serves it).
+type callAnswer struct {
+	// status is the HTTP status; 0 when the call was reset.
+	status  int
+	headers [][2]string
+	body    []byte
+}
+
+// readCallAnswer reads the answer of the http call whose callback runs now.
+func readCallAnswer(numHeaders, bodySize int) callAnswer {
+	if numHeaders == 0 {
+		return callAnswer{} // reset: proxy_get_status says 11 "reset"
+	}
+	var a callAnswer
+	a.headers, _ = abi.GetHttpCallResponseHeaders()
+	for _, h := range a.headers {
+		if h[0] == ":status" {
+			a.status, _ = strconv.Atoi(h[1])
+		}
+	}
+	if bodySize > 0 {
+		a.body, _ = abi.GetHttpCallResponseBody(0, bodySize)
+	}
+	return a
+}
+
+func (a callAnswer) header(key string) string {
+	for _, h := range a.headers {
+		if h[0] == key {
+			return h[1]
+		}
+	}
+	return ""
+}
+
+// dispatch sends an http call to endpoint e with the stream's request id
+// and credentials. onAnswer runs later, with this stream as effective context.
+func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration, onAnswer func(callAnswer)) error {
+	cluster, dst := s.cfg().Upstream(e)
+	headers := make([][2]string, 0, 8)
+	headers = append(headers,
+		[2]string{":method", method},
+		[2]string{":path", path},
+		[2]string{":authority", s.callAuthority(e)},
+		[2]string{"x-request-id", s.reqID})
+	if body != nil {
+		headers = append(headers, [2]string{"content-type", "application/json"})
+	}
+	if s.authorization != "" {
+		// Engines started with --api-key check it on both legs.
+		headers = append(headers, [2]string{"authorization", s.authorization})
+	}
+	if dst != "" {
+		headers = append(headers, [2]string{originalDstHeader, dst})
+	}
+	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond),
+		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswer(numHeaders, bodySize)) })
+	return err
+}
+
+// callAuthority is the :authority of a call to e: the client's, so engines
+// see the same host on both legs; the endpoint's name when there is none.
+func (s *stream) callAuthority(e *config.Endpoint) string {
+	if s.authority != "" {
+		return s.authority
+	}
+	return e.Name
+}
+
+// startNIXL dispatches the nixl/orchestrated prefill: the client body asking
+// for remote decode and one token, to the same path.
+func (s *stream) startNIXL(req connector.Request) types.Action {
+	return s.startPrefill(s.path, connector.NIXLPrefill(req), s.onNIXLAnswer)
+}
+
+// startPrefill dispatches a prefill body and keeps the request paused until
+// onAnswer runs. A call Envoy refuses at once counts as a reset.
+func (s *stream) startPrefill(path string, body []byte, onAnswer func(callAnswer)) types.Action {
+	s.prefillStart = time.Now()
+	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, onAnswer); err != nil {
+		abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)
+		s.reportPrefill(config.PrefillReset)
+		if s.afterPrefillFailure(config.PrefillReset, err.Error()) {
+			return types.ActionContinue
+		}
+	}
+	return types.ActionPause
+}
+
+// prefillOutcome classifies a prefill answer; a 504 that came when the
+// prefill timeout ran out is Envoy's own timeout answer.
+func (s *stream) prefillOutcome(a callAnswer, usable bool) config.PrefillOutcome {
+	elapsed := time.Since(s.prefillStart)
+	s.r.m.prefillLatency.Record(uint64(elapsed / time.Millisecond))
+	if a.status == 504 && elapsed >= s.cfg().PrefillTimeout*9/10 {
+		return config.PrefillTimeout
+	}
+	return config.ClassifyPrefill(a.status, usable)
+}
+
+// reportPrefill feeds passive health and releases the prefill lease: the
+// prefiller's work is over once it answered (or failed).
+func (s *stream) reportPrefill(o config.PrefillOutcome) {
+	now := time.Now()
+	if s.prefill == nil {
+		return
+	}
+	result := lb.Success
+	switch o {
+	case config.PrefillServerError, config.PrefillReset, config.PrefillTimeout:
+		result = lb.Failure
+	}
+	_ = s.prefill.Report(now, result)
+	s.prefill.Release(now)
+	if o != config.PrefillOK {
+		s.r.m.prefillFailures[o].Increment(1)
+	}
+}
+
+// onNIXLAnswer builds the decode request from the prefill answer.
+func (s *stream) onNIXLAnswer(a callAnswer) {
+	var ans connector.PrefillAnswer
+	usable := false
+	if a.status >= 200 && a.status < 300 {
+		if p, err := connector.ParsePrefillAnswer(a.body); err == nil {
+			ans, usable = p, p.Usable(s.cfg().Mode)
+		}
+	}
+	o := s.prefillOutcome(a, usable)
+	s.reportPrefill(o)
+	if o != config.PrefillOK {
+		s.onPrefillFailed(o, a)
+		return
+	}
+	req, ok := s.reread()
+	if !ok {
+		return
+	}
+	edit := connector.NIXLDecode(req, ans.KVParams)
+	if s.cfg().Mode == config.ModeOrchestrated {
+		var attach []byte
+		if s.cfg().Orchestrated.AttachPrefillResponse {
+			attach = a.body
+		}
+		var err error
+		if edit, err = connector.OrchestratedDecode(req, ans.KVParams, s.prefillEP, attach); err != nil {
+			s.onPrefillFailed(config.PrefillBadAnswer, a)
+			return
+		}
+	}
+	s.toDecoder(edit, pathDisagg)
+	s.resume()
+}
+
+// onPrefillFailed follows the failure policy from inside the prefill
+// callback: relay the engine's 4xx, fall back to the decoder, or fail.
+func (s *stream) onPrefillFailed(o config.PrefillOutcome, a callAnswer) {
+	if o == config.PrefillRejected {
+		ct := a.header("content-type")
+		if ct == "" {
+			ct = "application/json"
+		}
+		s.reply(a.status, [][2]string{{"content-type", ct}}, a.body)
+		return
+	}
+	detail := o.String()
+	if a.status != 0 {
+		detail += " (prefill answered " + strconv.Itoa(a.status) + ")"
+	}
+	if s.afterPrefillFailure(o, detail) {
+		s.resume()
+	}
+}
+
+// afterPrefillFailure applies on_prefill_failure to a failed prefill: true
+// when the request goes on to the decoder (the caller continues or resumes
+// it), false when the client got an error answer.
+func (s *stream) afterPrefillFailure(o config.PrefillOutcome, detail string) bool {
+	act := s.cfg().OnPrefill(o)
+	abi.LogWarnf("pdroute: stream %d (request %s): prefill on %s failed: %s → %s", s.id, s.reqID, s.prefillName(), detail, act.Kind)
+	if act.Kind != config.Fallback {
+		s.fail(act.Error, detail)
+		return false
+	}
+	req, ok := s.reread()
+	if !ok {
+		return false
+	}
+	s.toDecoder(req.Direct(), pathFallback)
+	return true
+}
+
+func (s *stream) prefillName() string {
+	if s.prefillEP == nil {
+		return "(none)"
+	}
+	return s.prefillEP.Name
+}
+
+// reread reads the paused request's body back from Envoy's buffer: the
+// stream does not keep it in the wasm heap while the prefill runs.
+func (s *stream) reread() (connector.Request, bool) {
+	body, err := abi.GetHttpRequestBody(0, s.bodyLen)
+	if err == nil {
+		var req connector.Request
+		if req, err = connector.NewRequest(s.api, body); err == nil {
+			return req, true
+		}
+	}
+	s.fail(apierr.Internal, "re-read request body: "+err.Error())
+	return connector.Request{}, false
+}

@@ -1,0 +1,458 @@
+package plugin
+
+import (
+	crand "crypto/rand"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi"
+	"github.com/pdroute/pdroute/filter/apierr"
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/filter/connector"
+	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/tokenest"
+)
+
+// originalDstHeader selects the host of an ORIGINAL_DST cluster with
+// use_http_header. Envoy does not sanitise it, so client copies are dropped.
+const originalDstHeader = "x-envoy-original-dst-host"
+
+// stream is one request. Its life:
+//
+//	headers  → not handled: route to a decoder, Continue (passthrough)
+//	         → handled: Pause until the whole body is buffered
+//	body end → parse, estimate, decide:
+//	           direct: route to a decoder, Continue
+//	           disagg: dispatch the prefill (mode's connector), stay paused
+//	prefill answer (http-call callback, stream as effective context)
+//	         → decode body, route, Resume — or relay / fall back / fail
+//	response → debug headers, decode outcome; mode conversions (lmcache)
+//	done     → every lease released, waiters dropped
+type stream struct {
+	types.DefaultHttpContext
+	r  *rootContext
+	id uint32
+
+	// From the request headers.
+	method, path, contentType, authority, authorization string
+	api                                                   config.API
+	handled                                               bool
+
+	// bodyLen is the request body's length in Envoy's buffer.
+	bodyLen int
+	// tokens is the estimate (-1 when the body has no recognised prompt).
+	tokens int
+	reqID  string
+	// route is the path label once decided (requests.<route>).
+	route string
+
+	prefill, decode     *lb.Lease
+	prefillEP, decodeEP *config.Endpoint
+	prefillStart        time.Time
+
+	// awaitingBody: paused in the request headers, no body callback yet
+	// (since pausedAt). See bodyWatchdog.
+	awaitingBody bool
+	pausedAt     time.Time
+
+	// localReply: the filter answered the client itself.
+	localReply bool
+	// decodeReported: the decode lease's outcome went to passive health.
+	decodeReported bool
+	// responseStarted: response headers went on to the client.
+	responseStarted bool
+
+	lm *lmcacheStream
+	sg *sglangStream
+}
+
+func (s *stream) cfg() *config.Config { return s.r.cfg }
+
+func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
+	cfg := s.cfg()
+	// Headers that steer Envoy's routing are the filter's alone.
+	removeHeader(cfg.RouteHeader)
+	removeHeader(originalDstHeader)
+	s.method = header(":method")
+	s.path = header(":path")
+	s.contentType = header("content-type")
+	api, ok := cfg.Match(s.method, s.path, s.contentType)
+	if !ok {
+		return s.passthrough()
+	}
+	s.api, s.handled = api, true
+	s.authority = header(":authority")
+	s.authorization = header("authorization")
+	if endOfStream {
+		s.fail(apierr.MalformedJSON, "empty body")
+		return types.ActionPause
+	}
+	if n, err := strconv.Atoi(header("content-length")); err == nil && n > cfg.MaxBodyBytes {
+		s.fail(apierr.BodyTooLarge, fmt.Sprintf("%d bytes, limit %d", n, cfg.MaxBodyBytes))
+		return types.ActionPause
+	}
+	// Pause: with allow_on_headers_stop_iteration Envoy keeps calling
+	// OnHttpRequestBody while the headers wait (see bodyWatchdog).
+	s.awaitingBody, s.pausedAt = true, time.Now()
+	return types.ActionPause
+}
+
+// passthrough sends a request pdroute does not handle, untouched, to a
+// decoder: the route header must name some cluster, and the decode pool is
+// where an OpenAI server runs (/v1/models, /health, …).
+func (s *stream) passthrough() types.Action {
+	s.route = pathPassthrough
+	s.r.m.requests[pathPassthrough].Increment(1)
+	if !s.pickDecode(nil) {
+		return types.ActionPause
+	}
+	s.routeTo(s.decodeEP)
+	return types.ActionContinue
+}
+
+func (s *stream) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	s.awaitingBody = false
+	if !s.handled || s.route != "" || s.localReply {
+		return types.ActionContinue
+	}
+	if bodySize > s.cfg().MaxBodyBytes {
+		s.fail(apierr.BodyTooLarge, fmt.Sprintf("more than %d bytes", s.cfg().MaxBodyBytes))
+		return types.ActionPause
+	}
+	if !endOfStream {
+		return types.ActionPause // StopIterationAndBuffer: the next chunk is appended
+	}
+	return s.bodyComplete(bodySize)
+}
+
+func (s *stream) OnHttpRequestTrailers(int) types.Action {
+	s.awaitingBody = false
+	if !s.handled || s.route != "" || s.localReply {
+		return types.ActionContinue
+	}
+	// Trailers end the body: its size is whatever Envoy buffered.
+	body, err := abi.GetHttpRequestBody(0, s.cfg().MaxBodyBytes+1)
+	if err != nil {
+		body = nil
+	}
+	if len(body) > s.cfg().MaxBodyBytes {
+		s.fail(apierr.BodyTooLarge, fmt.Sprintf("more than %d bytes", s.cfg().MaxBodyBytes))
+		return types.ActionPause
+	}
+	return s.decideBody(body)
+}
+
+// bodyComplete reads the buffered body and decides.
+func (s *stream) bodyComplete(size int) types.Action {
+	body, err := abi.GetHttpRequestBody(0, size)
+	if err != nil && size > 0 {
+		s.fail(apierr.Internal, "read request body: "+err.Error())
+		return types.ActionPause
+	}
+	return s.decideBody(body)
+}
+
+// decideBody is the routing decision for a complete handled body.
+func (s *stream) decideBody(body []byte) types.Action {
+	cfg := s.cfg()
+	s.bodyLen = len(body)
+	req, err := connector.NewRequest(s.api, body)
+	if err != nil {
+		s.fail(apierr.MalformedJSON, err.Error())
+		return types.ActionPause
+	}
+	if req.Removed {
+		s.r.m.sanitized.Increment(1)
+		abi.LogDebugf("pdroute: stream %d: removed client-supplied PD control fields", s.id)
+	}
+	s.tokens = -1
+	if est, err := tokenest.Estimate(body, s.path, s.r.method); err == nil {
+		s.tokens = est.Tokens
+		s.r.m.tokens.Record(uint64(est.Tokens))
+	}
+	s.setRequestID()
+	switch cfg.Decide(s.method, s.path, s.contentType, s.tokens) {
+	case config.Disaggregate:
+		return s.disaggregate(req, body)
+	default:
+		if !s.pickDecode(body) {
+			return types.ActionPause
+		}
+		s.toDecoder(req.Direct(), pathDirect)
+		return types.ActionContinue
+	}
+}
+
+// disaggregate starts the mode's prefill leg. The decoder is chosen first:
+// without one nothing can be served, and no prefill should run for nothing.
+func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
+	if !s.pickDecode(body) {
+		return types.ActionPause
+	}
+	if s.cfg().Mode == config.ModeLMCache && !s.lmcacheEligible(req) {
+		s.toDecoder(req.Direct(), pathDirect)
+		return types.ActionContinue
+	}
+	if !s.pickPrefill(body) {
+		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
+		if s.afterPrefillFailure(config.PrefillNoEndpoint, "") {
+			return types.ActionContinue
+		}
+		return types.ActionPause
+	}
+	switch s.cfg().Mode {
+	case config.ModeLMCache:
+		return s.startLMCache(req)
+	case config.ModeSGLang:
+		return s.startSGLang(req, body)
+	default:
+		return s.startNIXL(req)
+	}
+}
+
+// setRequestID keeps a well-formed client X-Request-Id or makes a UUIDv4;
+// both legs carry it (vLLM uses it as the engine request id).
+func (s *stream) setRequestID() {
+	var random [16]byte
+	_, _ = crand.Read(random[:]) // WASI random_get; never fails in Envoy
+	s.reqID = connector.RequestID(header("x-request-id"), random)
+	if err := abi.ReplaceHttpRequestHeader("x-request-id", s.reqID); err != nil {
+		abi.LogWarnf("pdroute: stream %d: set x-request-id: %v", s.id, err)
+	}
+}
+
+// pickDecode chooses the decoder, or answers 503 when none is usable.
+func (s *stream) pickDecode(body []byte) bool {
+	lease, err := s.r.decode.Pick(time.Now(), s.prefixKey(body, &s.cfg().Decode))
+	if err != nil {
+		s.fail(apierr.NoDecodeEndpoint, "")
+		return false
+	}
+	s.decode, s.decodeEP = lease, &s.cfg().Decode.Endpoints[lease.Index]
+	return true
+}
+
+// pickPrefill chooses the prefiller; false when none is usable.
+func (s *stream) pickPrefill(body []byte) bool {
+	lease, err := s.r.prefill.Pick(time.Now(), s.prefixKey(body, &s.cfg().Prefill))
+	if err != nil {
+		return false
+	}
+	s.prefill, s.prefillEP = lease, &s.cfg().Prefill.Endpoints[lease.Index]
+	return true
+}
+
+// prefixKey is the prompt-prefix hash prefix_affinity needs (0 otherwise).
+func (s *stream) prefixKey(body []byte, p *config.Pool) uint64 {
+	if p.Strategy != config.PrefixAffinity || body == nil {
+		return 0
+	}
+	k, err := tokenest.PrefixKey(body, s.path, p.AffinityPrefixBytes)
+	if err != nil {
+		return 0
+	}
+	return k
+}
+
+// toDecoder applies the decode body edit, routes the request to the chosen
+// decoder and records the path taken. The caller continues the request.
+func (s *stream) toDecoder(edit connector.BodyEdit, route string) {
+	s.editBody(edit)
+	s.routeTo(s.decodeEP)
+	s.route = route
+	s.r.m.requests[route].Increment(1)
+}
+
+// editBody applies a connector edit to Envoy's request buffer and fixes
+// content-length.
+func (s *stream) editBody(e connector.BodyEdit) {
+	if e.Drain == 0 && len(e.Prefix) == 0 {
+		return
+	}
+	if err := abi.EditHttpRequestBody(e.Drain, e.Prefix); err != nil {
+		abi.LogErrorf("pdroute: stream %d: edit request body: %v", s.id, err)
+		return
+	}
+	s.bodyLen = e.Len(s.bodyLen)
+	if header("content-length") != "" {
+		if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
+			abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
+		}
+	}
+}
+
+// replaceBody replaces the whole request body (mode rewrites that change it
+// throughout, such as lmcache's token-id prompt).
+func (s *stream) replaceBody(body []byte) {
+	if err := abi.ReplaceHttpRequestBody(body); err != nil {
+		abi.LogErrorf("pdroute: stream %d: replace request body: %v", s.id, err)
+		return
+	}
+	s.bodyLen = len(body)
+	if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
+		abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
+	}
+}
+
+// routeTo points Envoy's router at e: the route header for cluster_header,
+// plus x-envoy-original-dst-host for address endpoints.
+func (s *stream) routeTo(e *config.Endpoint) {
+	cluster, dst := s.cfg().Upstream(e)
+	if err := abi.ReplaceHttpRequestHeader(s.cfg().RouteHeader, cluster); err != nil {
+		abi.LogErrorf("pdroute: stream %d: set route header: %v", s.id, err)
+	}
+	if dst != "" {
+		if err := abi.ReplaceHttpRequestHeader(originalDstHeader, dst); err != nil {
+			abi.LogErrorf("pdroute: stream %d: set original-dst header: %v", s.id, err)
+		}
+	}
+}
+
+// resume continues a request paused in an earlier callback.
+func (s *stream) resume() {
+	if err := abi.ResumeHttpRequest(); err != nil {
+		abi.LogErrorf("pdroute: stream %d: resume: %v", s.id, err)
+	}
+}
+
+// fail answers the client with a pdroute error and releases every lease.
+func (s *stream) fail(k apierr.Kind, detail string) {
+	status, body := apierr.Response(k, detail)
+	s.reply(status, [][2]string{{"content-type", apierr.ContentType}}, body)
+	if status >= 500 {
+		abi.LogWarnf("pdroute: stream %d (request %s): %d %s: %s", s.id, s.reqID, status, k.Code(), detail)
+	}
+}
+
+// bodyWatchdog is how long a request may stay paused in its headers without
+// a body callback. Envoy calls OnHttpRequestBody during a headers pause only
+// when the filter config sets allow_on_headers_stop_iteration (Envoy ≥
+// 1.35); without it the body never comes and the request would hang until
+// the stream idle timeout. Clients send the body right after the headers, so
+// 10 s without any body byte means the flag is missing.
+const bodyWatchdog = 10 * time.Second
+
+// checkBodyWatchdog fails a stream whose body never arrived (stream as
+// effective context).
+func (s *stream) checkBodyWatchdog(now time.Time) {
+	if !s.awaitingBody || s.localReply || now.Sub(s.pausedAt) < bodyWatchdog {
+		return
+	}
+	s.awaitingBody = false
+	if !s.r.warnedNoBody {
+		s.r.warnedNoBody = true
+		abi.LogCriticalf("pdroute: no request body callback %s after the headers: the wasm filter's "+
+			"config must set allow_on_headers_stop_iteration: true (Envoy >= 1.35)", bodyWatchdog)
+	}
+	s.fail(apierr.Internal, "request body never reached the filter: set allow_on_headers_stop_iteration: true on the pdroute wasm filter (Envoy >= 1.35)")
+}
+
+// reply sends a local response. It travels back through this stream's own
+// response callbacks, which must not take it for the decoder's answer.
+func (s *stream) reply(status int, headers [][2]string, body []byte) {
+	s.localReply = true
+	s.r.m.localReply(status)
+	if err := abi.SendHttpResponse(uint32(status), headers, body, -1); err != nil {
+		abi.LogErrorf("pdroute: stream %d: local reply %d: %v", s.id, status, err)
+	}
+	s.releaseAll()
+}
+
+func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
+	now := time.Now()
+	if !s.localReply && s.decode != nil && !s.decodeReported {
+		s.decodeReported = true
+		outcome := lb.Success
+		if st, _ := strconv.Atoi(responseHeader(":status")); st >= 500 {
+			outcome = lb.Failure
+		}
+		_ = s.decode.Report(now, outcome)
+	}
+	if s.cfg().DebugHeaders && s.route != "" {
+		s.addDebugHeaders()
+	}
+	if s.lm != nil && !s.localReply {
+		return s.lmcacheResponseHeaders(endOfStream)
+	}
+	if s.sg != nil && !s.localReply {
+		return s.sglangResponseHeaders(endOfStream)
+	}
+	s.responseStarted = true
+	return types.ActionContinue
+}
+
+func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if s.lm != nil && !s.localReply {
+		return s.lmcacheResponseBody(bodySize, endOfStream)
+	}
+	if s.sg != nil && !s.localReply {
+		return s.sglangResponseBody(bodySize, endOfStream)
+	}
+	return types.ActionContinue
+}
+
+func (s *stream) addDebugHeaders() {
+	add := func(k, v string) {
+		if err := abi.AddHttpResponseHeader(k, v); err != nil {
+			abi.LogDebugf("pdroute: stream %d: add %s: %v", s.id, k, err)
+		}
+	}
+	add("x-pdroute-path", s.route)
+	if s.prefillEP != nil && s.route == pathDisagg {
+		add("x-pdroute-prefill", s.prefillEP.Name)
+	}
+	if s.decodeEP != nil {
+		add("x-pdroute-decode", s.decodeEP.Name)
+	}
+	if s.tokens >= 0 && s.handled {
+		add("x-pdroute-tokens", strconv.Itoa(s.tokens))
+	}
+}
+
+// OnHttpStreamDone releases whatever the stream still holds, however it
+// ended (answered, failed, or the client went away mid-prefill).
+func (s *stream) OnHttpStreamDone() {
+	s.releaseAll()
+	if s.lm != nil {
+		s.lmcacheDone()
+	}
+	delete(s.r.streams, s.id)
+}
+
+// releaseAll ends both leases (idempotent).
+func (s *stream) releaseAll() {
+	now := time.Now()
+	if s.prefill != nil {
+		s.prefill.Release(now)
+	}
+	if s.decode != nil {
+		s.decode.Release(now)
+	}
+}
+
+func header(key string) string {
+	v, err := abi.GetHttpRequestHeader(key)
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+func responseHeader(key string) string {
+	v, err := abi.GetHttpResponseHeader(key)
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+func removeHeader(key string) {
+	if err := abi.RemoveHttpRequestHeader(key); err != nil {
+		abi.LogDebugf("pdroute: remove %s: %v", key, err)
+	}
+}
+
+func panicText(v any) string { return fmt.Sprint(v) }
