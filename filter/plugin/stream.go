@@ -38,8 +38,8 @@ type stream struct {
 
 	// From the request headers.
 	method, path, contentType, authority, authorization string
-	api                                                   config.API
-	handled                                               bool
+	api                                                 config.API
+	handled                                             bool
 
 	// bodyLen is the request body's length in Envoy's buffer.
 	bodyLen int
