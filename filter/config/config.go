@@ -145,6 +145,12 @@ type Config struct {
 	// DebugHeaders ("debug_headers") adds x-pdroute-path, -prefill, -decode and
 	// -tokens response headers. Default false: they reveal topology.
 	DebugHeaders bool
+	// DebugPath ("debug_path"): when set, a GET of exactly this path is
+	// answered by the filter itself with a JSON snapshot of the balancers'
+	// shared state (in-flight counts, health, engine stats) and of this VM's
+	// waiters. Default "" (off): it reveals topology. Tests and operators use
+	// it to check that nothing is left behind after failures.
+	DebugPath string
 	// SharedDataPrefix ("shared_data_prefix") namespaces pdroute's shared-data
 	// keys. Default "pdroute". Istio runs all plugins in one VM id, so two
 	// pdroute plugins in one proxy need different prefixes.

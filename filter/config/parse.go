@@ -359,6 +359,9 @@ func (p *parser) root(c *Config, v gjson.Result) {
 		"debug_headers": func(path string, v gjson.Result) {
 			p.boolean(path, v, &c.DebugHeaders)
 		},
+		"debug_path": func(path string, v gjson.Result) {
+			p.str(path, v, &c.DebugPath, checkPath)
+		},
 		"shared_data_prefix": func(path string, v gjson.Result) {
 			p.str(path, v, &c.SharedDataPrefix, checkName)
 		},

@@ -465,3 +465,27 @@ func TestClientGoneReleasesEverything(t *testing.T) {
 		}
 	})
 }
+
+func TestDebugPathReportsSharedState(t *testing.T) {
+	cfg := strings.Replace(nixlConfig, `"debug_headers":true,`, `"debug_headers":true,"debug_path":"/_pdroute/state",`, 1)
+	cfg = strings.Replace(cfg, `"decode":{"endpoints"`, `"decode":{"strategy":"least_loaded","endpoints"`, 1)
+	run(t, cfg, func(t *testing.T, h filtertest.Harness) {
+		busy, _ := send(t, h, "/v1/completions", `{"model":"m","prompt":"hi"}`) // direct: one decode in flight
+		state := func() gjson.Result {
+			id := h.InitializeHttpContext()
+			h.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/_pdroute/state"}, {":authority", "x"}}, true)
+			lr := h.GetSentLocalResponse(id)
+			if lr == nil || lr.StatusCode != 200 {
+				t.Fatalf("debug path answered %+v", lr)
+			}
+			return gjson.ParseBytes(lr.Body)
+		}
+		if n := state().Get("pools.decode.#(inflight==1)#").Array(); len(n) != 1 {
+			t.Fatalf("want one decoder with 1 in flight: %s", state().Raw)
+		}
+		h.CompleteHttpContext(busy)
+		if s := state(); s.Get("pools.decode.0.inflight").Int()+s.Get("pools.decode.1.inflight").Int() != 0 || s.Get("mode").String() != "nixl" {
+			t.Errorf("in-flight not released: %s", s.Raw)
+		}
+	})
+}

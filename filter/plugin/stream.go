@@ -79,6 +79,11 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	s.method = header(":method")
 	s.path = header(":path")
 	s.contentType = header("content-type")
+	if cfg.DebugPath != "" && s.method == "GET" && s.path == cfg.DebugPath {
+		s.route = pathPassthrough
+		s.reply(200, [][2]string{{"content-type", "application/json"}}, s.r.debugAnswer(time.Now()))
+		return types.ActionPause
+	}
 	api, ok := cfg.Match(s.method, s.path, s.contentType)
 	if !ok {
 		return s.passthrough()

@@ -1,0 +1,53 @@
+package plugin
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/pdroute/pdroute/lb"
+)
+
+// debugState is what debug_path answers: the pools' shared state (the same
+// from every VM) and this VM's own waiters.
+type debugState struct {
+	Mode    string                     `json:"mode"`
+	Pools   map[string][]debugEndpoint `json:"pools"`
+	Streams int                        `json:"vm_streams"`
+	// KVWaiting are this VM's lmcache streams waiting for KV notifications.
+	KVWaiting int `json:"vm_kv_waiting"`
+}
+
+type debugEndpoint struct {
+	Name          string  `json:"name"`
+	Health        string  `json:"health"`
+	Failures      int     `json:"consecutive_failures"`
+	Inflight      uint32  `json:"inflight"`
+	Recent        uint32  `json:"recent_requests"`
+	Running       float64 `json:"engine_running"`
+	Waiting       float64 `json:"engine_waiting"`
+	KVCacheUsage  float64 `json:"engine_kv_cache_usage"`
+	StatsAgeMilli int64   `json:"stats_age_ms"` // -1: never scraped
+}
+
+// debugAnswer builds debug_path's JSON body.
+func (r *rootContext) debugAnswer(now time.Time) []byte {
+	st := debugState{Mode: string(r.cfg.Mode), Pools: map[string][]debugEndpoint{}, Streams: len(r.streams)}
+	if r.kv != nil {
+		st.KVWaiting = len(r.kv.entries)
+	}
+	for name, b := range map[string]*lb.Balancer{"prefill": r.prefill, "decode": r.decode} {
+		for _, e := range b.Snapshot(now) {
+			age := int64(-1)
+			if !e.StatsObserved.IsZero() {
+				age = now.Sub(e.StatsObserved).Milliseconds()
+			}
+			st.Pools[name] = append(st.Pools[name], debugEndpoint{
+				Name: e.Name, Health: e.Health.String(), Failures: e.ConsecutiveFailures,
+				Inflight: e.Inflight, Recent: e.RecentRequests, Running: e.Stats.Running,
+				Waiting: e.Stats.Waiting, KVCacheUsage: e.Stats.KVCacheUsage, StatsAgeMilli: age,
+			})
+		}
+	}
+	b, _ := json.Marshal(st)
+	return b
+}
