@@ -343,14 +343,21 @@ func (w *kvWaiter) ready(s *stream) bool {
 	return err == nil && len(v) == 4 && int(binary.LittleEndian.Uint32(v)) >= s.lm.need
 }
 
-// poll sends one long poll for every id not covered by a poll in flight.
-// current is the effective context to restore afterwards: the poll is
-// dispatched as the root, so its answer outlives any one stream.
+// maxIDsPerPoll keeps one poll well under kvbridge's limit of 4096 ids.
+const maxIDsPerPoll = 1024
+
+// poll sends long polls covering every id not covered by a poll in flight,
+// up to maxIDsPerPoll ids each and maxKVPolls polls. current is the effective
+// context to restore afterwards: polls are dispatched as the root, so their
+// answers outlive any one stream.
 func (w *kvWaiter) poll(now time.Time, current uint32) {
-	if w.polls >= maxKVPolls || now.Before(w.retryAt) {
-		return
+	for w.polls < maxKVPolls && !now.Before(w.retryAt) && w.pollOnce(now, current) {
 	}
-	body := make([]byte, 0, 64+96*len(w.entries))
+}
+
+// pollOnce sends one poll; false when there was nothing to poll or it failed.
+func (w *kvWaiter) pollOnce(now time.Time, current uint32) bool {
+	body := make([]byte, 0, 64+96*min(len(w.entries), maxIDsPerPoll))
 	body = append(body, `{"wait_ms":`...)
 	body = strconv.AppendInt(body, int64(kvPollWait/time.Millisecond), 10)
 	body = append(body, `,"ids":[`...)
@@ -358,6 +365,9 @@ func (w *kvWaiter) poll(now time.Time, current uint32) {
 	for id, e := range w.entries {
 		if e.polling || e.complete || e.s.lm.decoding {
 			continue
+		}
+		if len(ids) == maxIDsPerPoll {
+			break
 		}
 		if len(ids) > 0 {
 			body = append(body, ',')
@@ -370,11 +380,12 @@ func (w *kvWaiter) poll(now time.Time, current uint32) {
 		ids = append(ids, id)
 	}
 	if len(ids) == 0 {
-		return
+		return false
 	}
 	body = append(body, "]}"...)
 	headers := [][2]string{{":method", "POST"}, {":path", "/v1/kv/wait"}, {":authority", "kvbridge"},
 		{"content-type", "application/json"}}
+	sent := false
 	w.r.asRoot(current, func() {
 		_, err := abi.DispatchHttpCall(w.r.cfg.LMCache.KVBridgeCluster, headers, body, nil,
 			uint32((kvPollWait+2*time.Second)/time.Millisecond),
@@ -388,7 +399,9 @@ func (w *kvWaiter) poll(now time.Time, current uint32) {
 		for _, id := range ids {
 			w.entries[id].polling = true
 		}
+		sent = true
 	})
+	return sent
 }
 
 // onPoll handles kvbridge's answer (root as effective context).
