@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -23,10 +24,12 @@ import (
 var manifestDirs = []string{"../istio", "../gateway", "../kube"}
 
 // wantVersions are the product versions the docs promise; a schema file missing or extra
-// fails TestSchemasCoverDocumentedVersions.
+// fails TestSchemasCoverDocumentedVersions. Istio starts at 1.28 and Envoy Gateway at v1.5
+// (whose newest patch release, the one checked, is past the minimum v1.5.5): older
+// releases cannot set allow_on_headers_stop_iteration (docs/OPERATIONS.md "Which Envoy").
 var wantVersions = map[string][]string{
-	"istio":         {"1.25", "1.26", "1.27", "1.28", "1.29", "1.30"},
-	"envoy-gateway": {"v1.3", "v1.4", "v1.5", "v1.6", "v1.7", "v1.8", "v1.9"},
+	"istio":         {"1.28", "1.29", "1.30"},
+	"envoy-gateway": {"v1.5", "v1.6", "v1.7", "v1.8", "v1.9"},
 	"kubernetes":    {"1.29"},
 }
 
@@ -81,25 +84,9 @@ func loadDocs(t *testing.T) []doc {
 			}
 			defer fh.Close()
 			rel, _ := filepath.Rel("..", p)
-			dec := yaml.NewDecoder(fh)
-			for i := 1; ; i++ {
-				var n yaml.Node
-				err := dec.Decode(&n)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return fmt.Errorf("%s doc %d: %w", rel, i, err)
-				}
-				if len(n.Content) != 1 || n.Content[0].Kind != yaml.MappingNode {
-					return fmt.Errorf("%s doc %d: not a mapping", rel, i)
-				}
-				root := n.Content[0]
-				docs = append(docs, doc{file: rel, index: i, node: root,
-					apiVersion: str(root, "apiVersion"), kind: str(root, "kind"),
-					name: str(root, "metadata", "name"), namespace: str(root, "metadata", "namespace")})
-			}
-			return nil
+			d, err := decodeDocs(rel, fh)
+			docs = append(docs, d...)
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -107,6 +94,40 @@ func loadDocs(t *testing.T) []doc {
 	}
 	if len(docs) == 0 {
 		t.Fatal("no manifests found")
+	}
+	return docs
+}
+
+// decodeDocs reads every YAML document of one manifest file; rel names the file in
+// messages ("istio/gateway.yaml").
+func decodeDocs(rel string, r io.Reader) ([]doc, error) {
+	var docs []doc
+	dec := yaml.NewDecoder(r)
+	for i := 1; ; i++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return docs, fmt.Errorf("%s doc %d: %w", rel, i, err)
+		}
+		if len(n.Content) != 1 || n.Content[0].Kind != yaml.MappingNode {
+			return docs, fmt.Errorf("%s doc %d: not a mapping", rel, i)
+		}
+		root := n.Content[0]
+		docs = append(docs, doc{file: rel, index: i, node: root,
+			apiVersion: str(root, "apiVersion"), kind: str(root, "kind"),
+			name: str(root, "metadata", "name"), namespace: str(root, "metadata", "namespace")})
+	}
+}
+
+// parseDocs is decodeDocs for YAML written inside a test.
+func parseDocs(t *testing.T, rel, text string) []doc {
+	t.Helper()
+	docs, err := decodeDocs(rel, strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return docs
 }
@@ -206,8 +227,9 @@ type pluginConfig struct {
 	cfg  *config.Config
 }
 
-// toJSON converts a YAML value to the JSON the proxy hands the filter (Istio: Struct →
-// JSON; Envoy Gateway: apiextensions JSON → string).
+// toJSON converts a YAML value to the JSON the proxy hands the filter (Istio EnvoyFilter:
+// a google.protobuf.Struct, which Envoy serializes to JSON; Envoy Gateway: apiextensions
+// JSON → string).
 func toJSON(t *testing.T, n *yaml.Node) []byte {
 	t.Helper()
 	var v any
@@ -226,9 +248,19 @@ func pluginConfigs(t *testing.T, docs []doc) []pluginConfig {
 	var out []pluginConfig
 	for _, d := range docs {
 		switch d.kind {
-		case "WasmPlugin":
-			if n := get(d.node, "spec", "pluginConfig"); n != nil {
-				out = append(out, pluginConfig{d: d, path: "spec.pluginConfig", json: toJSON(t, n)})
+		case "EnvoyFilter":
+			for i, cp := range items(get(d.node, "spec", "configPatches")) {
+				tc := get(cp, "patch", "value", "typed_config")
+				if str(cp, "applyTo") != "EXTENSION_CONFIG" || str(tc, "@type") != typeURLPrefix+wasmType {
+					continue
+				}
+				at := fmt.Sprintf("spec.configPatches[%d].patch.value.typed_config.config.configuration", i)
+				conf := get(tc, "config", "configuration")
+				if str(conf, "@type") != typeURLPrefix+structType || get(conf, "value") == nil {
+					t.Errorf("%s %s: want a google.protobuf.Struct with a value (the plugin configuration as YAML)", d, at)
+					continue
+				}
+				out = append(out, pluginConfig{d: d, path: at + ".value", json: toJSON(t, get(conf, "value"))})
 			}
 		case "EnvoyExtensionPolicy":
 			for i, w := range items(get(d.node, "spec", "wasm")) {
@@ -253,18 +285,18 @@ func pluginConfigs(t *testing.T, docs []doc) []pluginConfig {
 // and that the Istio examples cover every mode.
 func TestPluginConfigsParse(t *testing.T) {
 	pcs := pluginConfigs(t, loadDocs(t))
-	if len(pcs) < 6 {
-		t.Fatalf("found %d plugin configs, want at least 6 (4 Istio modes, file variant, 2 Envoy Gateway)", len(pcs))
+	if len(pcs) != 7 {
+		t.Fatalf("found %d plugin configs, want 7 (4 Istio modes, Istio file variant, 2 Envoy Gateway)", len(pcs))
 	}
 	modes := map[config.Mode]bool{}
 	for _, pc := range pcs {
-		if pc.cfg != nil && pc.d.kind == "WasmPlugin" {
+		if pc.cfg != nil && pc.d.kind == "EnvoyFilter" {
 			modes[pc.cfg.Mode] = true
 		}
 	}
 	for _, m := range []config.Mode{config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang} {
 		if !modes[m] {
-			t.Errorf("no Istio WasmPlugin example for mode %s", m)
+			t.Errorf("no Istio EnvoyFilter example for mode %s", m)
 		}
 	}
 }
@@ -276,7 +308,7 @@ func clustersNamed(c *config.Config) []string {
 	for _, pool := range []config.Pool{c.Prefill, c.Decode} {
 		for i := range pool.Endpoints {
 			e := &pool.Endpoints[i]
-			cluster, _ := c.Route(e)
+			cluster, _ := c.Upstream(e)
 			out = append(out, cluster)
 			if e.MetricsCluster != "" {
 				out = append(out, e.MetricsCluster)
@@ -428,20 +460,14 @@ func TestIstioWiring(t *testing.T) {
 				for _, m := range items(get(r, "match")) {
 					routed = append(routed, str(m, "uri", "exact"))
 				}
+				if msg := longRouteTimeout(str(r, "timeout")); msg != "" {
+					t.Errorf("%s: route pdroute: %s", d, msg)
+				}
 			}
 		}
 	}
-	for _, d := range docs {
-		if d.kind != "WasmPlugin" {
-			continue
-		}
-		// Istio classes gateway listeners as CLIENT: a SERVER-only plugin never attaches
-		// to a gateway (istio/api extensions/v1alpha1/wasm.proto TrafficSelector.mode).
-		for _, m := range items(get(d.node, "spec", "match")) {
-			if mode := str(m, "mode"); mode != "CLIENT" && mode != "CLIENT_AND_SERVER" {
-				t.Errorf("%s: match mode %q does not select gateway traffic", d, mode)
-			}
-		}
+	if len(routed) == 0 {
+		t.Fatal("no VirtualService route named pdroute")
 	}
 	pcs := pluginConfigs(t, docs)
 	if len(pcs) == 0 {
@@ -471,6 +497,9 @@ func TestGatewayWiring(t *testing.T) {
 					for _, m := range items(get(r, "matches")) {
 						routed = append(routed, str(m, "path", "value"))
 					}
+					if msg := longRouteTimeout(str(r, "timeouts", "request")); msg != "" {
+						t.Errorf("%s: rule 0: %s", d, msg)
+					}
 				}
 			}
 		}
@@ -482,6 +511,43 @@ func TestGatewayWiring(t *testing.T) {
 	for _, pc := range pcs {
 		if pc.cfg != nil {
 			checkWiring(t, pc, clusters, routeHeaders(docs), routed)
+		}
+	}
+}
+
+// longRouteTimeout explains what is wrong with the timeout of a route that carries
+// streamed generations, or returns "". Envoy's route timeout defaults to 15 s and counts
+// from the end of the request to the end of the response, so it would cut long answers:
+// the route must disable it ("0s") or allow minutes.
+func longRouteTimeout(s string) string {
+	if s == "" {
+		return "no timeout written: set 0s or minutes (Envoy's route default, 15 s, cuts long generations)"
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Sprintf("timeout %q: %v", s, err)
+	}
+	if d != 0 && d < 5*time.Minute {
+		return fmt.Sprintf("timeout %s cuts long generations (set 0s or at least 5m)", s)
+	}
+	return ""
+}
+
+func TestLongRouteTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string // want: a substring of the message, "" = accepted
+	}{
+		{"0s", ""},
+		{"600s", ""},
+		{"5m", ""},
+		{"", "no timeout written"},
+		{"15s", "timeout 15s cuts long generations"},
+		{"4m59s", "timeout 4m59s cuts long generations"},
+		{"ten", `timeout "ten": time: invalid duration`},
+	} {
+		got := longRouteTimeout(tc.in)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("longRouteTimeout(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -1,7 +1,7 @@
-// Package oci packages a Wasm module as an OCI image that Istio (WasmPlugin url oci://)
-// and Envoy Gateway (EnvoyExtensionPolicy code type Image) can pull, without a container
-// daemon: it writes an OCI image layout (a directory, or the same as a tar archive) that
-// oras, skopeo or crane then push to any registry.
+// Package oci packages a Wasm module as an OCI image that Istio's agent (an oci:// module
+// URL, e2e/envoy/istio/filter-*.yaml) and Envoy Gateway (EnvoyExtensionPolicy code type
+// Image) can pull, without a container daemon: it writes an OCI image layout (a directory,
+// or the same as a tar archive) that oras, skopeo or crane then push to any registry.
 //
 // The image is the "compat" variant of the Wasm image spec that both pullers accept
 // (istio pkg/wasm/imagefetcher.go and envoyproxy/gateway internal/wasm/imagefetcher.go
@@ -95,8 +95,8 @@ type imageConfig struct {
 // Image is a built image: its blobs by digest and the layout's index.json.
 type Image struct {
 	// Manifest describes the image manifest; its Digest is what a registry reports, what
-	// Istio's WasmPlugin sha256 and Envoy Gateway's code.image.sha256 must equal, and what
-	// an oci://...@sha256: URL names.
+	// the sha256 of Istio's remote module source and Envoy Gateway's code.image.sha256 must
+	// equal, and what an oci://...@sha256: URL names.
 	Manifest Descriptor
 	// WasmSHA256 is the hex sha256 of the module itself: what Envoy verifies, and what
 	// Envoy Gateway's code.http.sha256 must equal for the HTTP code source.

@@ -98,7 +98,7 @@ func printUsage(w io.Writer, img *oci.Image, out, tarPath, tag string) {
 		fmt.Fprintf(w, "  skopeo copy oci-archive:%s:%s docker://%s:%s\n", tarPath, tag, repo, tag)
 	}
 	fmt.Fprintf(w, "\nthen pin it by digest:\n")
-	fmt.Fprintf(w, "  Istio WasmPlugin:      url: oci://%s@%s   (or keep the tag and set sha256: %s)\n", repo, img.Manifest.Digest, manifestHex)
+	fmt.Fprintf(w, "  Istio (filter-*.yaml): http_uri.uri: oci://%s@%s   (or keep the tag and set remote.sha256: %s)\n", repo, img.Manifest.Digest, manifestHex)
 	fmt.Fprintf(w, "  Envoy Gateway (Image): code.image.url: %s:%s, code.image.sha256: %s\n", repo, tag, manifestHex)
 	fmt.Fprintf(w, "  Envoy Gateway (HTTP) and Envoy remote code: sha256: %s\n", img.WasmSHA256)
 }

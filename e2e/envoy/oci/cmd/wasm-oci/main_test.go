@@ -31,7 +31,7 @@ func TestRun(t *testing.T) {
 		"module sha256:   " + img.WasmSHA256 + "\n",
 		"skopeo copy oci:" + out + ":v0.1.0 docker://",
 		"skopeo copy oci-archive:" + tarPath + ":v0.1.0 docker://",
-		"url: oci://REGISTRY/pdroute/pdroute-wasm@" + img.Manifest.Digest,
+		"http_uri.uri: oci://REGISTRY/pdroute/pdroute-wasm@" + img.Manifest.Digest,
 		"code.image.sha256: " + img.Manifest.Digest[len("sha256:"):],
 	} {
 		if !strings.Contains(stdout.String(), want) {

@@ -1,0 +1,321 @@
+package manifests
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// wasmFilterProblems checks the settings every pdroute wasm filter in docs must carry:
+//   - allow_on_headers_stop_iteration: true (Envoy >= 1.35): without it Envoy turns the
+//     filter's header Pause into StopAllIterationAndWatermark and never calls it with the
+//     body, so every handled request hangs;
+//   - failure_policy set explicitly to FAIL_CLOSED or FAIL_RELOAD and fail_open unset: the
+//     default differs between builds, and FAIL_OPEN would send requests to the
+//     cluster_header route unrouted with client routing headers intact;
+//   - a vm_id, so the VM and its shared data are the filter's own.
+//
+// Istio: a WasmPlugin cannot set the first, so none may exist; each EnvoyFilter
+// EXTENSION_CONFIG carrying a Wasm filter needs, in the same resource, the HTTP_FILTER
+// patch that inserts it before the router by ECDS (same name, RBAC among the type URLs for
+// the Istio agent's fallback), and every such HTTP_FILTER needs its EXTENSION_CONFIG (or
+// the listener never warms). Envoy Gateway: each EnvoyExtensionPolicy wasm entry needs
+// EnvoyPatchPolicy JSON patches that set both settings on the filter Envoy Gateway
+// generates for it, on a listener of the Gateway it attaches to; Envoy Gateway sets the
+// vm_id itself (the filter's own name).
+func wasmFilterProblems(docs []doc) []string {
+	var out []string
+	for _, d := range docs {
+		switch d.kind {
+		case "WasmPlugin":
+			out = append(out, fmt.Sprintf("%s: a WasmPlugin cannot set allow_on_headers_stop_iteration, so its requests would hang: use an EnvoyFilter (istio/filter-*.yaml)", d))
+		case "EnvoyFilter":
+			out = append(out, istioFilterProblems(d)...)
+		case "EnvoyExtensionPolicy":
+			out = append(out, gatewayWasmProblems(d, docs)...)
+		}
+	}
+	return out
+}
+
+// pluginSettingsProblems checks a PluginConfig (the "config" of a Wasm filter config).
+func pluginSettingsProblems(cfg *yaml.Node, at string) []string {
+	var out []string
+	if v := get(cfg, "allow_on_headers_stop_iteration"); v == nil || v.ShortTag() != "!!bool" || v.Value != "true" {
+		out = append(out, at+": allow_on_headers_stop_iteration must be true, or handled requests hang")
+	}
+	if fp := str(cfg, "failure_policy"); fp != "FAIL_CLOSED" && fp != "FAIL_RELOAD" {
+		out = append(out, fmt.Sprintf("%s: failure_policy %q: set FAIL_RELOAD or FAIL_CLOSED explicitly", at, fp))
+	}
+	if v := get(cfg, "fail_open"); v != nil && v.Value != "false" {
+		out = append(out, at+": fail_open must not be set (and Envoy rejects it next to failure_policy)")
+	}
+	if str(cfg, "vm_config", "vm_id") == "" {
+		out = append(out, at+": vm_config.vm_id is empty")
+	}
+	return out
+}
+
+func istioFilterProblems(d doc) []string {
+	var out []string
+	eachAny(d.node, d.String(), func(a *yaml.Node, at string) {
+		if str(a, "@type") == typeURLPrefix+wasmType {
+			out = append(out, pluginSettingsProblems(get(a, "config"), at+".config")...)
+		}
+	})
+	extensions, filters := map[string]bool{}, map[string]*yaml.Node{}
+	for _, cp := range items(get(d.node, "spec", "configPatches")) {
+		v := get(cp, "patch", "value")
+		switch str(cp, "applyTo") {
+		case "EXTENSION_CONFIG":
+			if str(v, "typed_config", "@type") == typeURLPrefix+wasmType {
+				extensions[str(v, "name")] = true
+			}
+		case "HTTP_FILTER":
+			if get(v, "config_discovery") != nil {
+				filters[str(v, "name")] = cp
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(extensions)) {
+		cp := filters[name]
+		if cp == nil {
+			out = append(out, fmt.Sprintf("%s: no HTTP_FILTER patch inserts EXTENSION_CONFIG %q", d, name))
+			continue
+		}
+		if op, sub := str(cp, "patch", "operation"), str(cp, "match", "listener", "filterChain", "filter", "subFilter", "name"); op != "INSERT_BEFORE" || sub != "envoy.filters.http.router" {
+			out = append(out, fmt.Sprintf("%s: HTTP_FILTER %q is %s %q, want INSERT_BEFORE envoy.filters.http.router", d, name, op, sub))
+		}
+		var urls []string
+		for _, u := range items(get(cp, "patch", "value", "config_discovery", "type_urls")) {
+			urls = append(urls, u.Value)
+		}
+		for _, want := range []string{wasmType, rbacType} {
+			if !slices.Contains(urls, typeURLPrefix+want) {
+				out = append(out, fmt.Sprintf("%s: HTTP_FILTER %q: type_urls %v lack %s", d, name, urls, typeURLPrefix+want))
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(filters)) {
+		if !extensions[name] {
+			out = append(out, fmt.Sprintf("%s: HTTP_FILTER %q names no EXTENSION_CONFIG of this EnvoyFilter: the listener would never warm", d, name))
+		}
+	}
+	return out
+}
+
+func gatewayWasmProblems(d doc, docs []doc) []string {
+	var out []string
+	listeners := gatewayListeners(d, docs)
+	if len(listeners) == 0 {
+		out = append(out, fmt.Sprintf("%s: attaches to no Gateway listener defined in the manifests", d))
+	}
+	for i, w := range items(get(d.node, "spec", "wasm")) {
+		at := fmt.Sprintf("%s spec.wasm[%d]", d, i)
+		filter := fmt.Sprintf("%senvoyextensionpolicy/%s/%s/wasm/%d", wasmFilterPrefix, namespaceOf(d), d.name, i)
+		if str(w, "failOpen") == "true" {
+			out = append(out, at+": failOpen must be false")
+		}
+		// The filter's PluginConfig as the patches leave it; the vm_id is Envoy Gateway's.
+		cfg := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		cfg.Content = append(cfg.Content, scalar("vm_config"), &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map",
+			Content: []*yaml.Node{scalar("vm_id"), scalar(strings.TrimPrefix(filter, wasmFilterPrefix))}})
+		for _, p := range docs {
+			if p.kind != "EnvoyPatchPolicy" {
+				continue
+			}
+			for _, jp := range items(get(p.node, "spec", "jsonPatches")) {
+				sel := jsonPathName.FindStringSubmatch(str(jp, "operation", "jsonPath"))
+				field, ok := strings.CutPrefix(str(jp, "operation", "path"), "typed_config/config/")
+				if str(jp, "type") != typeURLPrefix+"envoy.config.listener.v3.Listener" || !slices.Contains(listeners, str(jp, "name")) ||
+					str(jp, "operation", "op") != "add" || sel == nil || sel[1] != filter || !ok {
+					continue
+				}
+				cfg.Content = append(cfg.Content, scalar(field), get(jp, "operation", "value"))
+			}
+		}
+		out = append(out, pluginSettingsProblems(cfg, fmt.Sprintf("%s (filter %s on listener %v, as patched)", at, filter, listeners))...)
+	}
+	return out
+}
+
+// gatewayListeners lists the Envoy listener names (old xDS naming scheme,
+// "<namespace>/<gateway>/<listener>") of the Gateways an EnvoyExtensionPolicy attaches
+// to, directly or through an HTTPRoute's parentRefs.
+func gatewayListeners(d doc, docs []doc) []string {
+	find := func(kind, ns, name string) *doc {
+		for i := range docs {
+			if docs[i].kind == kind && namespaceOf(docs[i]) == ns && docs[i].name == name {
+				return &docs[i]
+			}
+		}
+		return nil
+	}
+	var gateways []*doc
+	for _, ref := range items(get(d.node, "spec", "targetRefs")) {
+		switch str(ref, "kind") {
+		case "Gateway":
+			gateways = append(gateways, find("Gateway", namespaceOf(d), str(ref, "name")))
+		case "HTTPRoute":
+			if r := find("HTTPRoute", namespaceOf(d), str(ref, "name")); r != nil {
+				for _, p := range items(get(r.node, "spec", "parentRefs")) {
+					ns := str(p, "namespace")
+					if ns == "" {
+						ns = namespaceOf(*r)
+					}
+					gateways = append(gateways, find("Gateway", ns, str(p, "name")))
+				}
+			}
+		}
+	}
+	var out []string
+	for _, g := range gateways {
+		if g == nil {
+			continue
+		}
+		for _, l := range items(get(g.node, "spec", "listeners")) {
+			out = append(out, namespaceOf(*g)+"/"+g.name+"/"+str(l, "name"))
+		}
+	}
+	return out
+}
+
+// TestWasmFilterSettings is the check on the real manifests: every pdroute wasm filter
+// they configure, Istio and Envoy Gateway, has the settings pdroute needs.
+func TestWasmFilterSettings(t *testing.T) {
+	docs := loadDocs(t)
+	filters := 0
+	for _, d := range docs {
+		eachAny(d.node, "", func(a *yaml.Node, _ string) {
+			if str(a, "@type") == typeURLPrefix+wasmType {
+				filters++
+			}
+		})
+		if d.kind == "EnvoyExtensionPolicy" {
+			filters += len(items(get(d.node, "spec", "wasm")))
+		}
+	}
+	if filters != 7 {
+		t.Errorf("found %d wasm filter configs, want 7 (5 Istio filter-*.yaml, 2 Envoy Gateway)", filters)
+	}
+	for _, p := range wasmFilterProblems(docs) {
+		t.Error(p)
+	}
+}
+
+// TestWasmFilterSettingsCatch feeds wasmFilterProblems manifests with each mistake.
+func TestWasmFilterSettingsCatch(t *testing.T) {
+	const istio = `apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: pdroute, namespace: pdroute}
+spec:
+  configPatches:
+  - applyTo: EXTENSION_CONFIG
+    patch:
+      operation: ADD
+      value:
+        name: pdroute
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            {{settings}}
+  - applyTo: HTTP_FILTER
+    match:
+      listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}
+    patch:
+      operation: {{operation}}
+      value:
+        name: {{filter}}
+        config_discovery:
+          config_source: {ads: {}}
+          type_urls: [type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm, {{rbac}}]
+`
+	istioDoc := func(settings, operation, filter, rbac string) string {
+		return strings.NewReplacer("{{settings}}", settings, "{{operation}}", operation, "{{filter}}", filter, "{{rbac}}", rbac).Replace(istio)
+	}
+	const good = "{allow_on_headers_stop_iteration: true, failure_policy: FAIL_RELOAD, vm_config: {vm_id: pdroute}}"
+	const rbac = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+	const eg = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: ns}
+spec: {listeners: [{name: http}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: llm, namespace: ns}
+spec: {parentRefs: [{name: gw}]}
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: EnvoyExtensionPolicy
+metadata: {name: pd, namespace: ns}
+spec:
+  targetRefs: [{kind: HTTPRoute, name: llm}]
+  wasm: [{name: pd, failOpen: {{failOpen}}}]
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: EnvoyPatchPolicy
+metadata: {name: p, namespace: ns}
+spec:
+  jsonPatches:
+  - type: type.googleapis.com/envoy.config.listener.v3.Listener
+    name: {{listener}}
+    operation: {op: add, path: typed_config/config/allow_on_headers_stop_iteration, value: true,
+      jsonPath: "..http_filters[?(@.name=='envoy.filters.http.wasm/envoyextensionpolicy/ns/pd/wasm/{{index}}')]"}
+  - type: type.googleapis.com/envoy.config.listener.v3.Listener
+    name: {{listener}}
+    operation: {op: add, path: typed_config/config/failure_policy, value: FAIL_CLOSED,
+      jsonPath: "..http_filters[?(@.name=='envoy.filters.http.wasm/envoyextensionpolicy/ns/pd/wasm/{{index}}')]"}
+`
+	egDoc := func(failOpen, listener, index string) string {
+		return strings.NewReplacer("{{failOpen}}", failOpen, "{{listener}}", listener, "{{index}}", index).Replace(eg)
+	}
+	tests := []struct {
+		name, text string
+		want       []string // substrings, one per problem, in order
+	}{
+		{"istio valid", istioDoc(good, "INSERT_BEFORE", "pdroute", rbac), nil},
+		{"istio flag missing", istioDoc("{failure_policy: FAIL_RELOAD, vm_config: {vm_id: pdroute}}", "INSERT_BEFORE", "pdroute", rbac),
+			[]string{"typed_config.config: allow_on_headers_stop_iteration must be true"}},
+		{"istio flag false", istioDoc(strings.Replace(good, "iteration: true", "iteration: false", 1), "INSERT_BEFORE", "pdroute", rbac),
+			[]string{"allow_on_headers_stop_iteration must be true"}},
+		{"istio failure_policy implicit", istioDoc("{allow_on_headers_stop_iteration: true, vm_config: {vm_id: pdroute}}", "INSERT_BEFORE", "pdroute", rbac),
+			[]string{`failure_policy "": set FAIL_RELOAD or FAIL_CLOSED explicitly`}},
+		{"istio fail open", istioDoc(strings.Replace(good, "FAIL_RELOAD", "FAIL_OPEN", 1), "INSERT_BEFORE", "pdroute", rbac),
+			[]string{`failure_policy "FAIL_OPEN"`}},
+		{"istio legacy fail_open", istioDoc(strings.Replace(good, "}}", "}, fail_open: true}", 1), "INSERT_BEFORE", "pdroute", rbac),
+			[]string{"fail_open must not be set"}},
+		{"istio no vm_id", istioDoc("{allow_on_headers_stop_iteration: true, failure_policy: FAIL_CLOSED}", "INSERT_BEFORE", "pdroute", rbac),
+			[]string{"vm_config.vm_id is empty"}},
+		{"istio filter after the router", istioDoc(good, "INSERT_AFTER", "pdroute", rbac),
+			[]string{`HTTP_FILTER "pdroute" is INSERT_AFTER "envoy.filters.http.router"`}},
+		{"istio no RBAC type", istioDoc(good, "INSERT_BEFORE", "pdroute", "x"),
+			[]string{"lack type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}},
+		{"istio filter names another extension", istioDoc(good, "INSERT_BEFORE", "other", rbac),
+			[]string{`no HTTP_FILTER patch inserts EXTENSION_CONFIG "pdroute"`, `HTTP_FILTER "other" names no EXTENSION_CONFIG`}},
+		{"istio WasmPlugin", "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: w}\nspec: {url: oci://x}\n",
+			[]string{"a WasmPlugin cannot set allow_on_headers_stop_iteration"}},
+		{"gateway valid", egDoc("false", "ns/gw/http", "0"), nil},
+		{"gateway failOpen", egDoc("true", "ns/gw/http", "0"), []string{"failOpen must be false"}},
+		{"gateway patches another filter", egDoc("false", "ns/gw/http", "1"),
+			[]string{"allow_on_headers_stop_iteration must be true", `failure_policy ""`}},
+		{"gateway patches another listener", egDoc("false", "ns/gw/https", "0"),
+			[]string{"allow_on_headers_stop_iteration must be true", `failure_policy ""`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := wasmFilterProblems(parseDocs(t, "test.yaml", tc.text))
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d problems %q, want %d %q", len(got), got, len(tc.want), tc.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tc.want[i]) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
