@@ -1,0 +1,109 @@
+package envoyemu
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi/abispec"
+)
+
+func newKitchenDriver(t *testing.T, opts DriverOptions) *Driver {
+	t.Helper()
+	d, err := NewDriver(pluginCode(t, "kitchen"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if !d.StartVM() || !d.StartPlugin() {
+		t.Fatalf("start: %s", d.Failed())
+	}
+	return d
+}
+
+func TestDriverHTTPCall(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{Clusters: []string{"up"}})
+	id := d.InitializeHttpContext()
+	if a := d.CallOnRequestHeaders(id, [][2]string{{":path", "/call?cluster=up&path=/x&timeout=250"}, {":method", "GET"}}, true); a != types.ActionPause {
+		t.Fatalf("action %v", a)
+	}
+	calls := d.HTTPCallouts()
+	if d.RootContextID() != 1 || id != 2 {
+		t.Errorf("context ids root %d stream %d, want 1 and 2", d.RootContextID(), id)
+	}
+	if len(calls) != 1 || calls[0].Token != 4 || calls[0].Cluster != "up" || calls[0].ContextID != id || calls[0].Timeout.Milliseconds() != 250 {
+		t.Fatalf("callouts %+v", calls)
+	}
+	if p := d.PendingHTTPCallouts(); len(p) != 1 || p[0] != 4 {
+		t.Errorf("pending %v", p)
+	}
+	d.CallOnHttpCallFailure(4)
+	r := d.SentLocalResponse(id)
+	if r == nil || string(r.Body) != `headers=0 status= body="" getstatus=11/reset/ok` {
+		t.Fatalf("after a failed call: %+v", r)
+	}
+	if len(d.PendingHTTPCallouts()) != 0 || len(d.HTTPCallouts()) != 1 {
+		t.Error("the answered call is still pending or forgotten")
+	}
+	id2 := d.InitializeHttpContext()
+	d.CallOnRequestHeaders(id2, [][2]string{{":path", "/call?cluster=nope&path=/x"}, {":method", "GET"}}, true)
+	if r := d.SentLocalResponse(id2); r == nil || string(r.Body) != "dispatch: error status returned by host: bad argument" {
+		t.Errorf("unknown cluster: %+v", r)
+	}
+}
+
+func TestDriverResumeAndBufferLimit(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{BufferLimit: 10})
+	id := d.InitializeHttpContext()
+	d.CallOnRequestHeaders(id, [][2]string{{":path", "/resume?cluster=c&path=/"}, {":method", "GET"}}, false)
+	d.CallOnHttpCallResponse(4, [][2]string{{":status", "200"}}, nil, []byte("ok"))
+	if d.ContinueCount(id, false) != 1 || d.CurrentHttpStreamAction(id) != types.ActionContinue {
+		t.Errorf("continue count %d", d.ContinueCount(id, false))
+	}
+	if got := d.RequestHeaders(id); got[len(got)-1] != [2]string{"x-call-status", "200"} {
+		t.Errorf("headers %v", got)
+	}
+	id2 := d.InitializeHttpContext()
+	d.CallOnRequestHeaders(id2, [][2]string{{":path", "/body-buffer"}, {":method", "POST"}}, false)
+	d.CallOnRequestBody(id2, []byte("12345678"), false)
+	d.CallOnRequestBody(id2, []byte("9abc"), false)
+	if r := d.SentLocalResponse(id2); r == nil || r.StatusCode != 413 || r.Details != "request_payload_too_large" {
+		t.Errorf("over the limit: %+v", r)
+	}
+	id3 := d.InitializeHttpContext()
+	d.CallOnRequestHeaders(id3, [][2]string{{":path", "/close"}, {":method", "GET"}}, true)
+	if d.ResetDetails(id3) != "wasm_close_stream" {
+		t.Errorf("reset %q", d.ResetDetails(id3))
+	}
+	d.CompleteHttpContext(id3)
+	if n, ok := d.Metric(abispec.MetricTypeCounter, "kitchen_requests"); !ok || n != 3 {
+		t.Errorf("kitchen_requests %d", n)
+	}
+	if g, _ := d.Metric(abispec.MetricTypeGauge, "kitchen.inflight"); g != 2 {
+		t.Errorf("inflight %d, want 2 (one stream done)", g)
+	}
+	if lines := d.GuestLogs(LevelInfo); !strings.HasPrefix(lines[len(lines)-1], "stream ") || !strings.HasSuffix(lines[len(lines)-1], ": done") {
+		t.Errorf("last log %q", lines[len(lines)-1])
+	}
+}
+
+func TestDriverTrap(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{})
+	id := d.InitializeHttpContext()
+	d.CallOnRequestHeaders(id, [][2]string{{":path", "/trap"}, {":method", "GET"}}, true)
+	if !strings.Contains(d.Failed(), "Function: proxy_on_request_headers failed") {
+		t.Fatalf("failed = %q", d.Failed())
+	}
+	if r := d.SentLocalResponse(id); r == nil || r.StatusCode != 503 || r.Details != "wasm_fail_stream" || r.GRPCStatus != 14 {
+		t.Errorf("fail-closed reply %+v", r)
+	}
+	if st := d.Stats(); st.Traps != 1 || st.MemoryPages == 0 {
+		t.Errorf("stats %+v", st)
+	}
+	calls := d.Stats().Calls
+	d.Tick()
+	if d.Stats().Calls != calls {
+		t.Error("a failed VM was called again")
+	}
+}

@@ -1,0 +1,98 @@
+package envoyemu
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/pdroute/pdroute/filter/abi/abispec"
+)
+
+func TestHeaderMap(t *testing.T) {
+	h := newHeaderMap([][2]string{{"Content-Type", "a"}, {":path", "/"}, {"x-dup", "1"}})
+	h.add(":method", "GET")
+	h.add("X-Dup", "2")
+	want := [][2]string{{":path", "/"}, {":method", "GET"}, {"content-type", "a"}, {"x-dup", "1"}, {"x-dup", "2"}}
+	if !slices.Equal(h.pairs, want) {
+		t.Fatalf("pairs %v, want pseudo-headers first and keys lower-cased", h.pairs)
+	}
+	if v, ok := h.get("X-DUP"); !ok || v != "1" {
+		t.Errorf("get = %q, want the first value", v)
+	}
+	h.set("x-dup", "3")
+	if !slices.Equal(h.pairs[3:], [][2]string{{"x-dup", "3"}, {"x-dup", "2"}}) {
+		t.Errorf("set replaced %v, want only the first value", h.pairs[3:])
+	}
+	h.set("x-new", "n")
+	h.remove("x-dup")
+	if _, ok := h.get("x-dup"); ok || h.len() != 4 {
+		t.Errorf("remove left %v", h.pairs)
+	}
+	if got := h.byteSize(); got != len(":path/:methodGETcontent-typeax-newn") {
+		t.Errorf("byteSize %d", got)
+	}
+	h.replaceAll([][2]string{{"A", "1"}})
+	if !slices.Equal(h.pairs, [][2]string{{"a", "1"}}) {
+		t.Errorf("replaceAll %v", h.pairs)
+	}
+}
+
+func TestBodyCopyFrom(t *testing.T) {
+	tests := []struct {
+		start, size uint32
+		data, want  string
+		ok          bool
+	}{
+		{0, 0, "x", "xabcdef", true},
+		{0, 2, "XY", "XYcdef", true},
+		{0, 6, "new", "new", true},
+		{0, 99, "", "", true},
+		{6, 0, "!", "abcdef!", true},
+		{7, 3, "!", "abcdef!", true},
+		{1, 0, "x", "abcdef", false},
+		{5, 1, "x", "abcdef", false},
+	}
+	for _, tt := range tests {
+		b := &bodyBuf{b: []byte("abcdef")}
+		if ok := b.copyFrom(tt.start, tt.size, []byte(tt.data)); ok != tt.ok || string(b.b) != tt.want {
+			t.Errorf("copyFrom(%d, %d, %q) = %t %q, want %t %q", tt.start, tt.size, tt.data, ok, b.b, tt.ok, tt.want)
+		}
+	}
+}
+
+func TestEnvoyPairsLimits(t *testing.T) {
+	big := make([][2]string, 1024)
+	for i := range big {
+		big[i] = [2]string{"k", "v"}
+	}
+	tests := []struct {
+		name string
+		data []byte
+		want int
+	}{
+		{"empty", nil, 0},
+		{"count only", []byte{0, 0, 0, 0}, 0},
+		{"1024 pairs", abispec.AppendPairs(nil, big), 1024},
+		{"1025 pairs", abispec.AppendPairs(nil, append(big, [2]string{"k", "v"})), 0},
+		{"missing NUL", []byte{1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 'a', 'x', 'b', 0}, 0},
+		{"over 1 MiB", abispec.AppendPairs(nil, [][2]string{{"k", string(make([]byte, 1<<20))}}), 0},
+	}
+	for _, tt := range tests {
+		if got := len(envoyPairs(tt.data)); got != tt.want {
+			t.Errorf("%s: %d pairs, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// FuzzEnvoyPairs: guest-written pairs never panic the host, and what is
+// accepted re-serializes to the same bytes.
+func FuzzEnvoyPairs(f *testing.F) {
+	f.Add(abispec.AppendPairs(nil, [][2]string{{":path", "/"}, {"a", ""}}))
+	f.Add([]byte{0})
+	f.Add([]byte{255, 255, 255, 255})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pairs := envoyPairs(b)
+		if len(pairs) > 0 && string(abispec.AppendPairs(nil, pairs)) != string(b) {
+			t.Fatalf("accepted pairs do not round-trip")
+		}
+	})
+}
