@@ -249,8 +249,8 @@ func TestParseEnvoyVersion(t *testing.T) {
 			t.Errorf("ParseEnvoyVersion(%q) = %+v, %v", tt.in, v, err)
 		}
 	}
-	if !(EnvoyVersion{}).StrictWASI() || (EnvoyVersion{}).String() != "1.33" {
-		t.Error("the zero version is not 1.33")
+	if !(EnvoyVersion{}).StrictWASI() || (EnvoyVersion{}).String() != "1.35" {
+		t.Error("the zero version is not 1.35 (pdroute's minimum, strict WASI)")
 	}
 }
 

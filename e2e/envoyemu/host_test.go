@@ -12,11 +12,12 @@ import (
 	"github.com/pdroute/pdroute/filter/abi/abispec"
 )
 
-// TestPassthroughFilter runs the real ./filter module over HTTP: the client
-// gets the upstream's answer plus x-pdroute: passthrough.
+// TestPassthroughFilter runs a plugin built with filter/abi over real HTTP:
+// the client gets the upstream's answer plus x-pdroute: passthrough. (The
+// real ./filter is played over HTTP by e2e/scenarios.)
 func TestPassthroughFilter(t *testing.T) {
 	up := newUpstream(t, "up")
-	h := startHost(t, hostConfig{plugin: "filter", routeCluster: "up", clusters: []cluster{{name: "up", endpoints: []string{up.addr}}}}, Options{})
+	h := startHost(t, hostConfig{plugin: "passthrough", routeCluster: "up", clusters: []cluster{{name: "up", endpoints: []string{up.addr}}}}, Options{})
 	r := do(t, h, "GET", "/v1/models", nil)
 	if r.err != nil || r.status != 200 {
 		t.Fatalf("got %d %v", r.status, r.err)

@@ -13,10 +13,12 @@ type EnvoyVersion struct {
 	Minor int
 }
 
-// DefaultEnvoyVersion is 1.33, the oldest Envoy that runs Go 1.24 wasip1
-// modules and the strictest profile (poll_oneoff ENOSYS, small WASI set): a
-// module that works here works on every later release.
-var DefaultEnvoyVersion = EnvoyVersion{Minor: 33}
+// DefaultEnvoyVersion is 1.35: the oldest Envoy pdroute supports (it needs
+// PluginConfig.allow_on_headers_stop_iteration, added in 1.35) and, like
+// every release before 1.39, the strictest WASI profile (poll_oneoff ENOSYS,
+// small WASI set): a module that works here works on every later release.
+// 1.33 and 1.34 stay selectable for modules that do not need the flag.
+var DefaultEnvoyVersion = EnvoyVersion{Minor: 35}
 
 // ParseEnvoyVersion parses "1.33", "1.39" or "1.36.2" (the patch is ignored).
 // Versions before 1.33 are refused: they cannot run Go wasip1 modules.

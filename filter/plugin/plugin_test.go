@@ -24,7 +24,7 @@ func run(t *testing.T, config string, body func(t *testing.T, h filtertest.Harne
 	t.Helper()
 	filtertest.Run(t, filtertest.Spec{
 		VMContext:    NewVMContext,
-		Package:      "./filter/plugin/testdata/wasmmain",
+		Package:      "./filter",
 		PluginConfig: []byte(config),
 	}, func(t *testing.T, h filtertest.Harness) {
 		if !h.StartVM() || !h.StartPlugin() {
@@ -86,7 +86,7 @@ func counter(t *testing.T, h filtertest.Harness, name string) uint64 {
 
 func TestInvalidConfigIsRejected(t *testing.T) {
 	filtertest.Run(t, filtertest.Spec{
-		VMContext: NewVMContext, Package: "./filter/plugin/testdata/wasmmain",
+		VMContext: NewVMContext, Package: "./filter",
 		PluginConfig: []byte(`{"mode":"nixl","threshold_tokens":-1,"decode":{"endpoints":[]},"bogus":1}`),
 	}, func(t *testing.T, h filtertest.Harness) {
 		h.StartVM()

@@ -2,7 +2,7 @@
 // emulates) with the proxy-wasm plugins it names, on loopback, until SIGINT
 // or SIGTERM:
 //
-//	envoyemu -c envoy.yaml [--concurrency 2] [--envoy-version 1.33] [--log-level info] [--drain-time-s 5]
+//	envoyemu -c envoy.yaml [--concurrency 2] [--envoy-version 1.35] [--log-level info] [--drain-time-s 5]
 //
 // The flags mean what they mean to Envoy; --envoy-version picks the WASI
 // profile (1.33–1.38 strict, 1.39+ full) and the config fields that exist.
