@@ -3,46 +3,61 @@ export GOTOOLCHAIN := go1.24.11
 GO       ?= go
 BUILD    := build
 WASM     := $(BUILD)/pdroute.wasm
-FUZZTIME ?= 5s
+FUZZTIME ?= 4s
+# Native commands built into build/.
+CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cmd/envoyemu \
+        ./e2e/mocks/cmd/mockengine ./e2e/cmd/pdroute-dev ./filter/cmd/pdroute-config \
+        ./tokenest/cmd/tokest ./e2e/envoy/oci/cmd/wasm-oci
 
-.PHONY: all build wasm test unit race fuzz lint bench demo dev clean
+.PHONY: all build wasm cmds test unit race fuzz lint bench demo dev e2e-envoy oci clean help
 
 all: build
 
-## build: the wasm module (build/pdroute.wasm) and the native binaries
-build: wasm
-	$(GO) build -o $(BUILD)/ ./e2e/envoyemu/cmd/...
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
-wasm:
+build: wasm cmds ## the wasm module (build/pdroute.wasm) and every native command
+
+wasm: ## build/pdroute.wasm with Go 1.24.11 (GOOS=wasip1 -buildmode=c-shared)
 	@mkdir -p $(BUILD)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./filter
+	@ls -l $(WASM) | awk '{print "built", $$NF, $$5, "bytes"}'
 
-## lint: gofmt and go vet (native and wasm)
-lint:
+cmds:
+	@mkdir -p $(BUILD)
+	$(GO) build -trimpath -o $(BUILD)/ $(CMDS)
+
+lint: ## gofmt and go vet (native and wasm)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/... ./tokenest/... ./lb/...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/... ./tokenest ./lb
 
-## test: everything CI runs
-test: lint build unit race fuzz
+test: lint build unit race fuzz ## everything CI runs (README's test command)
 
-unit:
+unit: ## unit, dual native/wasm and e2e scenario tests
 	$(GO) test -count=1 ./...
 
-race:
-	$(GO) test -count=1 -race ./lb/... ./hostcalls/...
+race: ## the native concurrent code under the race detector
+	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/envoyemu/...
 
-fuzz:
+fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 	@./.ci/fuzz-all $(FUZZTIME)
 
-## bench: benchmarks; figures go to BENCHMARKS.md
-bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: build ## benchmarks; figures are recorded in BENCHMARKS.md
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
 
-demo: build
+demo: build ## start the stack on loopback, send three requests, print what happened
+	$(BUILD)/pdroute-dev -demo
 
-dev: build
+dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR)
+	$(BUILD)/pdroute-dev
+
+e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)
+	./e2e/envoy/run-e2e-envoy
+
+oci: wasm ## OCI image layout of the plugin in build/oci (+ build/pdroute-oci.tar)
+	$(GO) run ./e2e/envoy/oci/cmd/wasm-oci -wasm $(WASM) -out $(BUILD)/oci -tar $(BUILD)/pdroute-oci.tar
 
 clean:
 	rm -rf $(BUILD)
