@@ -196,6 +196,16 @@ func EditHttpRequestBody(drain int, prefix []byte) error {
 	return drainPrepend(abispec.BufferTypeHttpRequestBody, drain, prefix)
 }
 
+// RandomBytes fills b from the host's random source (WASI random_get; in
+// Envoy, BoringSSL's RAND_bytes), at most 64 KiB per call as Envoy allows.
+//
+// Use it instead of crypto/rand inside the module: Go's crypto/rand arms a
+// one-minute timer on its first use (a warning for a blocked getrandom), and
+// a timer makes every later garbage collection poll the netpoller through
+// WASI poll_oneoff, which Envoy 1.33–1.38 answer with ENOSYS: the runtime
+// throws and the VM dies.
+func RandomBytes(b []byte) error { return randomBytes(b) }
+
 // GetHttpRequestTrailers returns all request trailers.
 func GetHttpRequestTrailers() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpRequestTrailers)

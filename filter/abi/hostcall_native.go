@@ -3,6 +3,7 @@
 package abi
 
 import (
+	crand "crypto/rand"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 	"math"
@@ -226,4 +227,10 @@ func getMetric(t abispec.MetricType, id uint32) (uint64, error) {
 	default:
 		return proxywasm.MetricHistogram(id).Value(), nil
 	}
+}
+
+// randomBytes natively is crypto/rand (timers are harmless outside wasm).
+func randomBytes(b []byte) error {
+	_, err := crand.Read(b)
+	return err
 }

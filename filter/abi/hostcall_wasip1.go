@@ -4,6 +4,7 @@ package abi
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"unsafe"
 
@@ -354,4 +355,24 @@ func getMetric(_ abispec.MetricType, id uint32) (uint64, error) {
 	var v uint64
 	err := toError(proxyGetMetric(id, &v))
 	return v, err
+}
+
+// wasiRandomGet is WASI random_get, the same import the Go runtime uses.
+//
+//go:wasmimport wasi_snapshot_preview1 random_get
+//go:noescape
+func wasiRandomGet(buf *byte, bufLen uint32) uint32
+
+// maxRandomGet is Envoy's limit for one random_get (larger: EINVAL).
+const maxRandomGet = 64 << 10
+
+func randomBytes(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), maxRandomGet)
+		if errno := wasiRandomGet(&b[0], uint32(n)); errno != 0 {
+			return fmt.Errorf("random_get: WASI errno %d", errno)
+		}
+		b = b[n:]
+	}
+	return nil
 }

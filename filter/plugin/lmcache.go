@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -62,7 +61,7 @@ func (s *stream) lmcacheEligible(req connector.Request) bool {
 
 func (s *stream) startLMCache(req connector.Request) types.Action {
 	var random [16]byte
-	_, _ = crand.Read(random[:])
+	_ = abi.RandomBytes(random[:]) // host randomness; see abi.RandomBytes
 	s.lm = &lmcacheStream{
 		kvID:         connector.UUIDv4(random),
 		need:         s.decodeEP.KVReceiver.TPSize(),

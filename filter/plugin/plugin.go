@@ -17,7 +17,6 @@
 package plugin
 
 import (
-	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -111,7 +110,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 		return err
 	}
 	var seed [24]byte
-	if _, err := crand.Read(seed[:]); err != nil {
+	if err := abi.RandomBytes(seed[:]); err != nil {
 		return err
 	}
 	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -122,8 +121,8 @@ func (s *stream) sglangResponseBody(bodySize int, endOfStream bool) types.Action
 	return types.ActionContinue
 }
 
-// roomSource draws bootstrap rooms from WASI randomness (random_get), eight
-// at a time.
+// roomSource draws bootstrap rooms from the host's randomness
+// (abi.RandomBytes: WASI random_get), eight at a time.
 type roomSource struct {
 	buf   [64]byte
 	n     int
@@ -135,7 +134,7 @@ func newRoomSource() *roomSource { return &roomSource{n: 64} }
 
 func (r *roomSource) next() uint64 {
 	if r.n == len(r.buf) {
-		_, _ = crand.Read(r.buf[:])
+		_ = abi.RandomBytes(r.buf[:])
 		r.n = 0
 	}
 	v := binary.LittleEndian.Uint64(r.buf[r.n:])

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	crand "crypto/rand"
 	"fmt"
 	"strconv"
 	"time"
@@ -222,7 +221,7 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 // both legs carry it (vLLM uses it as the engine request id).
 func (s *stream) setRequestID() {
 	var random [16]byte
-	_, _ = crand.Read(random[:]) // WASI random_get; never fails in Envoy
+	_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
 	s.reqID = connector.RequestID(header("x-request-id"), random)
 	if err := abi.ReplaceHttpRequestHeader("x-request-id", s.reqID); err != nil {
 		abi.LogWarnf("pdroute: stream %d: set x-request-id: %v", s.id, err)
