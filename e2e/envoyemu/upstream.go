@@ -179,12 +179,18 @@ func upstreamFailure(err error) localReply {
 func replyHeaders(code int, body []byte, extra [][2]string) *headerMap {
 	h := &headerMap{}
 	h.add(":status", strconv.Itoa(code))
-	if len(body) > 0 {
-		h.add("content-length", strconv.Itoa(len(body)))
-		h.add("content-type", "text/plain")
-	}
+	// As Envoy's Utility::prepareLocalReply: the caller's headers first, then
+	// text/plain only when they set no content-type.
+	hasType := false
 	for _, p := range extra {
 		h.add(p[0], p[1])
+		hasType = hasType || strings.EqualFold(p[0], "content-type")
+	}
+	if len(body) > 0 {
+		h.add("content-length", strconv.Itoa(len(body)))
+		if !hasType {
+			h.add("content-type", "text/plain")
+		}
 	}
 	return h
 }
