@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/pdroute/pdroute/e2e/mocks"
+	"github.com/pdroute/pdroute/e2e/stack"
+)
+
+// demoRequest is one request the demo sends.
+type demoRequest struct {
+	title  string
+	prompt string
+	stream bool
+}
+
+// demoPrompt is a long prompt: about 600 estimated tokens, over the dev
+// threshold (512).
+var demoPrompt = strings.TrimSpace(strings.Repeat("Summarise the history of the lighthouse keepers of the northern coast, their logbooks and storms. ", 30))
+
+// demo sends the three requests and explains each; 0 when all succeeded.
+func demo(s *stack.Stack, why string, w, stderr io.Writer) int {
+	fmt.Fprintf(w, "\npdroute demo: mode %s, %s\n", s.Topology.Mode, thresholdText(s.Config))
+	fmt.Fprintf(w, "proxy: %s\n       %s\n", s.ProxyName(), why)
+	fmt.Fprintf(w, "engines: %d mock prefill and %d mock decode engines (%s)\n", len(s.Prefill), len(s.Decode), s.Prefill[0].Addresses.Engine)
+	reqs := []demoRequest{
+		{"a short prompt", "Say hello in one word.", false},
+		{"a long prompt", demoPrompt, false},
+		{"a long prompt, streamed", demoPrompt, true},
+	}
+	for i, r := range reqs {
+		if err := demoOne(s, i+1, r, w); err != nil {
+			fmt.Fprintf(stderr, "pdroute-dev: demo request %d (%s): %v\n", i+1, r.title, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(w, "\nThe filter chose the path from its token estimate, picked the engines, ran the prefill leg itself\n"+
+		"and handed the decoder the prefill's KV; the decoder's answer streamed back through the proxy.\n")
+	return 0
+}
+
+func demoOne(s *stack.Stack, n int, r demoRequest, w io.Writer) error {
+	body, _ := json.Marshal(map[string]any{
+		"model": "mock-model", "max_tokens": 16, "stream": r.stream,
+		"messages": []map[string]string{{"role": "user", "content": r.prompt}},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	resp, err := stack.Send(ctx, nil, "POST", s.URL+"/v1/chat/completions", body, nil)
+	if err != nil {
+		return err
+	}
+	if resp.Status != 200 {
+		return fmt.Errorf("status %d: %s", resp.Status, resp.Body)
+	}
+	h := resp.Header
+	route := h.Get("x-pdroute-path")
+	fmt.Fprintf(w, "\n%d. %s (%d characters), POST /v1/chat/completions\n", n, r.title, len(r.prompt))
+	fmt.Fprintf(w, "   path     %-12s %s\n", route, routeMeaning(route))
+	fmt.Fprintf(w, "   tokens   %-12s estimated input tokens (threshold %d)\n", h.Get("x-pdroute-tokens"), s.Config.ThresholdTokens)
+	prefill := h.Get("x-pdroute-prefill")
+	if prefill == "" {
+		prefill = "-"
+	}
+	fmt.Fprintf(w, "   prefill  %s\n", prefill)
+	fmt.Fprintf(w, "   decode   %s\n", h.Get("x-pdroute-decode"))
+	kv := h.Get("x-mock-kv")
+	if kv == "" {
+		kv = lastDecodeKV(ctx, s, h.Get("x-pdroute-decode"))
+	}
+	fmt.Fprintf(w, "   KV       %-12s %s\n", kv, kvMeaning(kv))
+	if r.stream {
+		ttft := firstToken(resp.Events)
+		fmt.Fprintf(w, "   timing   first token after %s, whole answer after %s (%d events streamed)\n", ms(ttft), ms(resp.Total), len(resp.Events))
+	} else {
+		fmt.Fprintf(w, "   timing   answer after %s (not streamed: the first token comes with the whole answer)\n", ms(resp.Total))
+	}
+	return nil
+}
+
+// lastDecodeKV reads the KV outcome from the decoder's own record (SGLang
+// decoders send their headers before they know it).
+func lastDecodeKV(ctx context.Context, s *stack.Stack, decoder string) string {
+	e := s.Engine(decoder)
+	if e == nil {
+		return "unknown"
+	}
+	rs, err := e.Control.Requests(ctx, mocks.RequestFilter{Kind: "decode"})
+	if err != nil || len(rs) == 0 || rs[len(rs)-1].KV == "" {
+		return "unknown"
+	}
+	return rs[len(rs)-1].KV
+}
+
+func routeMeaning(route string) string {
+	switch route {
+	case "direct":
+		return "below the threshold: sent straight to a decoder, which computes the prompt itself"
+	case "disagg":
+		return "at or over the threshold: prefill on a prefill engine, then decode on a decode engine"
+	case "fallback":
+		return "the prefill failed, so the decoder computed the prompt itself"
+	}
+	return ""
+}
+
+func kvMeaning(kv string) string {
+	switch kv {
+	case mocks.KVTransferred:
+		return "the decoder received the prompt's KV cache from the prefill engine"
+	case mocks.KVRecomputed:
+		return "the decoder computed the prompt's KV cache itself"
+	}
+	return ""
+}
+
+// firstToken is when the first event carrying generated text arrived.
+func firstToken(evs []stack.Event) time.Duration {
+	for _, ev := range evs {
+		if strings.Contains(ev.Data, `"content":"`) && !strings.Contains(ev.Data, `"content":""`) {
+			return ev.At
+		}
+	}
+	if len(evs) > 0 {
+		return evs[0].At
+	}
+	return 0
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+}

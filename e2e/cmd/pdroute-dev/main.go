@@ -1,0 +1,217 @@
+// Command pdroute-dev runs a whole pdroute deployment on this machine:
+// the filter compiled to wasm inside an Envoy (the wazero emulator by
+// default, or a real envoy binary), two mock prefill and two mock decode
+// engines, and kvbridge in lmcache mode. `make dev` runs it; `make demo`
+// runs it with -demo.
+//
+//	pdroute-dev [-proxy emulator|envoy|auto] [-demo]
+//	pdroute-dev -wasm
+//
+// The mode comes from PDROUTE_DEV_MODE (nixl, the default; orchestrated,
+// lmcache, sglang) and the listener from PDROUTE_DEV_ADDR (default
+// 127.0.0.1:10000; admin 9901, engines 8100–8103, kvbridge 7500/7501).
+// Without -demo it prints the addresses, a curl example and the generated
+// envoy.yaml's path, then serves until SIGINT or SIGTERM. With -demo it
+// starts the same stack on free ports, sends a short, a long and a
+// streaming long request, explains what happened to each, and exits. With
+// -wasm it only builds the filter module (stack.PluginPackage) and prints
+// its path; e2e/envoy/run-e2e-envoy uses it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/e2e/wasmbuild"
+	"github.com/pdroute/pdroute/filter/config"
+)
+
+// Environment variables read by pdroute-dev.
+const (
+	modeEnv = "PDROUTE_DEV_MODE"
+	addrEnv = "PDROUTE_DEV_ADDR"
+)
+
+// devConfigDir is where the dev stack writes its envoy.yaml (relative to
+// the working directory, the repository root under make), and devPorts its
+// ports; tests change both.
+var (
+	devConfigDir = "build/dev"
+	devPorts     = stack.DevPorts
+)
+
+func main() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, sig))
+}
+
+// options are the parsed flags and environment.
+type options struct {
+	demo     bool
+	wasm     bool
+	proxy    string // emulator, envoy or auto
+	mode     config.Mode
+	listener netip.AddrPort
+}
+
+func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("pdroute-dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.BoolVar(&o.demo, "demo", false, "send a short, a long and a streaming long request, explain each, and exit")
+	fs.BoolVar(&o.wasm, "wasm", false, "build the filter module, print its path and exit")
+	fs.StringVar(&o.proxy, "proxy", "", `proxy that runs the filter: "emulator" (default), "envoy" (ENVOY_BIN or envoy on PATH, Envoy >= 1.35), or "auto" (envoy if one is found; the default with -demo)`)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch o.proxy {
+	case "":
+		o.proxy = "emulator"
+		if o.demo {
+			o.proxy = "auto"
+		}
+	case "emulator", "envoy", "auto":
+	default:
+		return o, fmt.Errorf("-proxy %q: want emulator, envoy or auto", o.proxy)
+	}
+	o.mode = config.Mode(getenv(modeEnv))
+	switch o.mode {
+	case "":
+		o.mode = config.ModeNIXL
+	case config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang:
+	default:
+		return o, fmt.Errorf("%s=%q: want nixl, orchestrated, lmcache or sglang", modeEnv, o.mode)
+	}
+	addr := getenv(addrEnv)
+	if addr == "" {
+		addr = fmt.Sprintf("127.0.0.1:%d", stack.DevPorts.Listener)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return o, fmt.Errorf("%s=%q: want IP:port, e.g. 127.0.0.1:10000", addrEnv, addr)
+	}
+	o.listener = ap
+	return o, nil
+}
+
+// chooseProxy resolves "auto" and says why, for the user.
+func chooseProxy(want string) (stack.Proxy, string) {
+	bin, err := stack.EnvoyBinary()
+	switch {
+	case want == "emulator":
+		return stack.Emulator, "the filter runs in pdroute's Envoy emulator (wazero); use -proxy envoy for a real Envoy"
+	case want == "envoy":
+		return stack.Envoy, "real Envoy: " + bin
+	case err != nil:
+		return stack.Emulator, "no envoy binary was found (ENVOY_BIN or PATH), so the filter runs in pdroute's Envoy emulator (wazero), which copies Envoy's wasm host"
+	}
+	return stack.Envoy, "found a real Envoy (" + bin + "), so the filter runs in it"
+}
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sig <-chan os.Signal) int {
+	o, err := parseOptions(args, getenv, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "pdroute-dev:", err)
+		}
+		return 2
+	}
+	if o.wasm {
+		path, err := wasmbuild.Build(stack.PluginPackage)
+		if err != nil {
+			fmt.Fprintln(stderr, "pdroute-dev:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, path)
+		return 0
+	}
+	proxy, why := chooseProxy(o.proxy)
+	topo := stack.DevTopology(o.mode)
+	topo.Proxy = proxy
+	topo.LogLevel = "warning"
+	topo.LogSink = stderr
+	if o.demo {
+		// Free ports: a demo must not collide with a running `make dev`.
+		topo.Ports = stack.Ports{}
+	} else {
+		topo.Ports = devPorts
+		topo.Ports.Listener = o.listener.Port()
+		topo.ListenerIP = o.listener.Addr().String()
+		topo.ConfigDir = devConfigDir
+	}
+	fmt.Fprintf(stdout, "pdroute-dev: building the filter and starting %s mode (first build takes a minute)...\n", o.mode)
+	s, err := stack.Start(context.Background(), topo)
+	if err != nil {
+		fmt.Fprintln(stderr, "pdroute-dev:", err)
+		if proxy == stack.Envoy {
+			fmt.Fprintln(stderr, "pdroute-dev: real Envoy failed; -proxy emulator runs the filter without it")
+		}
+		return 1
+	}
+	defer s.Close()
+	if o.demo {
+		return demo(s, why, stdout, stderr)
+	}
+	printStack(stdout, s, why)
+	got := <-sig
+	fmt.Fprintf(stdout, "pdroute-dev: %v, stopping\n", got)
+	return 0
+}
+
+// printStack tells a first-time user what runs where and how to try it.
+func printStack(w io.Writer, s *stack.Stack, why string) {
+	t := s.Topology
+	fmt.Fprintf(w, "\npdroute dev stack: mode %s, %s\n", t.Mode, thresholdText(s.Config))
+	fmt.Fprintf(w, "  proxy       %s, %d workers\n              (%s)\n", s.ProxyName(), t.Workers, why)
+	fmt.Fprintf(w, "  listener    %s\n", s.URL)
+	fmt.Fprintf(w, "  admin       %s/stats  (pdroute's metrics are wasmcustom.pdroute.*)\n", s.AdminURL)
+	fmt.Fprintf(w, "  debug       %s%s  (balancer state: in-flight counts, health)\n", s.URL, stack.DebugPath)
+	for _, e := range s.Engines() {
+		a := e.Addresses
+		extra := ""
+		switch {
+		case a.SideChannel != "":
+			extra = ", NIXL side channel " + a.SideChannel
+		case a.Bootstrap != "":
+			extra = ", bootstrap server " + a.Bootstrap
+		case len(a.KVAlloc) > 0:
+			extra = fmt.Sprintf(", KV receivers init %v alloc %v", a.KVInit, a.KVAlloc)
+		}
+		fmt.Fprintf(w, "  %-11s %s  (mock %s %s%s; its log: %s/mock/requests)\n", e.Name, a.URL, a.Engine, e.Role, extra, a.URL)
+	}
+	if k := s.KVBridge; k != nil {
+		fmt.Fprintf(w, "  kvbridge    http://%s  (ZMQ PULL %s)\n", k.HTTPAddr(), k.ZMQEndpoint())
+	}
+	abs, _ := filepath.Abs(s.BootstrapPath)
+	fmt.Fprintf(w, "  envoy.yaml  %s\n              (the generated bootstrap; with Envoy >= 1.35: envoy -c %s)\n", abs, abs)
+	fmt.Fprintf(w, "\nTry a short prompt (goes straight to a decoder):\n")
+	fmt.Fprintf(w, "  curl -sD- %s/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{\"model\":\"mock-model\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Say hello\"}]}'\n", s.URL)
+	fmt.Fprintf(w, "and a long one (prefill on one engine, decode on another; see the x-pdroute-* and x-mock-kv headers):\n")
+	fmt.Fprintf(w, "  curl -sD- %s/v1/completions -H 'content-type: application/json' \\\n    -d \"{\\\"model\\\":\\\"mock-model\\\",\\\"max_tokens\\\":8,\\\"prompt\\\":\\\"$(printf 'tell me more %%.0s' $(seq 300))\\\"}\"\n", s.URL)
+	fmt.Fprintf(w, "\nStop with Ctrl-C.\n")
+}
+
+// thresholdText says which requests are disaggregated.
+func thresholdText(c *config.Config) string {
+	if c.ThresholdTokens == 0 {
+		return "every request is disaggregated (threshold_tokens 0)"
+	}
+	return fmt.Sprintf("requests of %d+ estimated tokens are disaggregated, shorter ones go straight to a decoder", c.ThresholdTokens)
+}
+
+// requestTimeout bounds one demo request.
+const requestTimeout = 60 * time.Second

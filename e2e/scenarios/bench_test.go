@@ -1,0 +1,377 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pdroute/pdroute/e2e/envoyemu"
+	"github.com/pdroute/pdroute/e2e/mocks"
+	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/hostcalls/kvbridge"
+	"github.com/pdroute/pdroute/hostcalls/zmqpush"
+)
+
+// End-to-end benchmarks (make bench); figures and commands are in
+// docs/bench/e2e.md.
+
+// instant mocks answer at once (1 ns per step), so the proxy's cost shows.
+var instant = mocks.Latency{PrefillPerToken: 1, TransferredPrefill: 1, PerOutputToken: 1, Slowdown: 1}
+
+// benchTopology is nP+nD instant, unbounded mocks in mode.
+func benchTopology(mode config.Mode, n int, plugin map[string]any) stack.Topology {
+	spec := stack.EngineSpec{Latency: instant, Mock: func(c *mocks.Config) { c.MaxConcurrency = -1 }}
+	return stack.Topology{Mode: mode, Prefill: engines(n, spec), Decode: engines(n, spec), Plugin: plugin}
+}
+
+// benchClient keeps connections open between requests.
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+
+func benchSend(b *testing.B, url string, body []byte) *response {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := stack.Send(ctx, benchClient, http.MethodPost, url, body, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r.Status != 200 {
+		b.Fatalf("%s: %d %s", url, r.Status, r.Body)
+	}
+	return &response{r}
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFilterCPU is the filter's own cost per request, at the VM level:
+// one VM in envoyemu's Driver runs a whole request (headers, the body in
+// Envoy's 16 KiB chunks, for disagg the prefill answer with a block id per
+// 16 tokens, response headers and body, end of stream), so the time is the
+// time inside VM calls plus the Driver's small bookkeeping.
+func BenchmarkFilterCPU(b *testing.B) {
+	code := pluginCode(b)
+	probe := text(64 << 10)
+	perChar := float64(estimate(b, chat(probe, nil), "/v1/chat/completions")) / float64(len(probe))
+	for _, k := range []int{1, 8, 32, 128} {
+		tokens := k << 10
+		body := chat(text(int(float64(tokens)/perChar)), nil)
+		est := estimate(b, body, "/v1/chat/completions")
+		answer := prefillAnswer(tokens)
+		for _, route := range []string{"direct", "disagg"} {
+			b.Run(fmt.Sprintf("%s/%dk", route, k), func(b *testing.B) {
+				threshold := 0
+				if route == "direct" {
+					threshold = 4 * tokens
+				}
+				plugin := []byte(fmt.Sprintf(`{"mode":"nixl","threshold_tokens":%d,`+
+					`"prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
+					`"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, threshold))
+				// The Driver keeps every dispatched call: start a fresh VM
+				// every 64 MiB of prefill bodies (outside the timer).
+				recycle := max(16, (64<<20)/len(body))
+				var d *envoyemu.Driver
+				defer func() {
+					if d != nil {
+						d.Close()
+					}
+				}()
+				var calls int64
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					if i%recycle == 0 {
+						b.StopTimer()
+						if d != nil {
+							d.Close()
+						}
+						var err error
+						if d, err = startDriver(code, plugin, stack.EmulatedEnvoy); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					before := d.Stats().Calls
+					driveRequest(b, d, body, route == "disagg", answer)
+					calls += d.Stats().Calls - before
+				}
+				b.ReportMetric(float64(calls)/float64(b.N), "vmcalls/op")
+				b.ReportMetric(float64(est), "est-tokens")
+			})
+		}
+	}
+}
+
+// requestChunk is how Envoy hands a request body to filters here (the
+// emulator's read size).
+const requestChunk = 16 << 10
+
+// driveRequest runs one chat request through d.
+func driveRequest(b *testing.B, d *envoyemu.Driver, body []byte, disagg bool, answer []byte) {
+	id := d.InitializeHttpContext()
+	headers := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "pdroute"},
+		{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}
+	d.CallOnRequestHeaders(id, headers, false)
+	for off := 0; off < len(body); off += requestChunk {
+		end := min(off+requestChunk, len(body))
+		d.CallOnRequestBody(id, body[off:end], end == len(body))
+	}
+	if disagg {
+		pending := d.PendingHTTPCallouts()
+		if len(pending) != 1 {
+			b.Fatalf("%d pending calls, want the prefill (VM failure %.300q)", len(pending), d.Failed())
+		}
+		d.CallOnHttpCallResponse(pending[0], [][2]string{{":status", "200"}, {"content-type", "application/json"}}, nil, answer)
+		if d.ContinueCount(id, false) != 1 {
+			b.Fatalf("request not resumed after the prefill answer: %+v", d.SentLocalResponse(id))
+		}
+	} else if d.CurrentHttpStreamAction(id) != 0 {
+		b.Fatalf("direct request paused: %+v (VM failure %.300q)", d.SentLocalResponse(id), d.Failed())
+	}
+	d.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false)
+	d.CallOnResponseBody(id, []byte(`{"id":"x","object":"chat.completion","choices":[]}`), true)
+	d.CompleteHttpContext(id)
+}
+
+// prefillAnswer is a vLLM NixlConnector prefill answer for a prompt of
+// tokens tokens: one KV block id per 16 tokens.
+func prefillAnswer(tokens int) []byte {
+	var ids strings.Builder
+	for i := range tokens / 16 {
+		if i > 0 {
+			ids.WriteByte(',')
+		}
+		ids.WriteString(strconv.Itoa(i))
+	}
+	return []byte(`{"id":"cmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}],` +
+		`"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[` + ids.String() +
+		`],"remote_engine_id":"e1","remote_request_id":"r1","remote_host":"10.0.0.1","remote_port":5600,"tp_size":1}}`)
+}
+
+// BenchmarkAddedLatency compares a short request sent straight to a mock
+// decoder with the same request through the proxy (direct path): the
+// difference is what the proxy and the filter add.
+func BenchmarkAddedLatency(b *testing.B) {
+	s := start(b, benchTopology(config.ModeNIXL, 1, nil))
+	body := completion(shortPrompt, map[string]any{"max_tokens": 1})
+	for _, tc := range []struct{ name, url string }{
+		{"mock", s.Decode[0].Addresses.URL},
+		{"proxy", s.URL},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				benchSend(b, tc.url+"/v1/completions", body)
+			}
+		})
+	}
+}
+
+// BenchmarkPeakMemory sends 10 000 mixed requests at concurrency 64 (half
+// short, 40% long, 10% long streamed chat) and reports the largest wasm
+// memory of a worker VM afterwards (memory never shrinks, so it is the
+// peak). Run it with -benchtime=1x.
+func BenchmarkPeakMemory(b *testing.B) {
+	if testing.Short() {
+		b.Skip("sends 10 000 requests")
+	}
+	s := start(b, benchTopology(config.ModeNIXL, 2, nil))
+	h := s.Emulator()
+	if h == nil {
+		b.Skip("needs the emulator's VM statistics")
+	}
+	const total, concurrency = 10_000, 64
+	bodies := []struct {
+		path string
+		body []byte
+	}{
+		{"/v1/completions", completion(shortPrompt, map[string]any{"max_tokens": 2})},
+		{"/v1/completions", completion(longPrompt, map[string]any{"max_tokens": 2})},
+		{"/v1/chat/completions", chat(longPrompt, map[string]any{"max_tokens": 4, "stream": true})},
+	}
+	mix := func(i int) int {
+		switch {
+		case i%10 < 5:
+			return 0
+		case i%10 < 9:
+			return 1
+		}
+		return 2
+	}
+	var failed atomic.Int64
+	b.ResetTimer()
+	for range b.N {
+		next := make(chan int, total)
+		for i := range total {
+			next <- i
+		}
+		close(next)
+		var wg sync.WaitGroup
+		for range concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					req := bodies[mix(i)]
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					r, err := stack.Send(ctx, benchClient, http.MethodPost, s.URL+req.path, req.body, nil)
+					cancel()
+					if err != nil || r.Status != 200 {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d requests failed", n)
+	}
+	var pages uint32
+	for _, vm := range h.Plugins()[0].Workers {
+		pages = max(pages, vm.MemoryPages)
+	}
+	b.ReportMetric(float64(pages), "pages/VM")
+	b.ReportMetric(float64(pages)*64/1024, "MiB/VM")
+}
+
+// BenchmarkNativeVsFilter sends the same disaggregated request through the
+// filter in the proxy and through the native-Go router (e2e/nativeproxy)
+// over the same mocks. cpu-ns/op is this whole process's CPU per request
+// (client, proxy, mocks): the mocks' share is the same on both sides, so
+// the difference is the router's.
+func BenchmarkNativeVsFilter(b *testing.B) {
+	s := start(b, benchTopology(config.ModeNIXL, 2, nil))
+	native := startNative(b, s)
+	body := completion(longPrompt, map[string]any{"max_tokens": 1})
+	for _, tc := range []struct{ name, url string }{{"filter", s.URL}, {"native", native}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cpu := processCPU()
+			for range b.N {
+				if r := benchSend(b, tc.url+"/v1/completions", body); r.Header.Get("x-pdroute-path") != "disagg" {
+					b.Fatalf("path %q", r.Header.Get("x-pdroute-path"))
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkSGLangTTFT measures time to first token of a streamed long
+// request in sglang mode through the proxy, against a client that speaks
+// the bootstrap protocol itself (prefill and decode sent at once, as
+// SGLang's mini_lb does): the filter's added TTFT, which should be near
+// zero because the decode leg leaves without waiting for the prefill.
+func BenchmarkSGLangTTFT(b *testing.B) {
+	topo := benchTopology(config.ModeSGLang, 1, map[string]any{"threshold_tokens": 0})
+	s := start(b, topo)
+	body := chat(longPrompt, map[string]any{"stream": true, "max_tokens": 2})
+	pre, dec := s.Prefill[0].Addresses, s.Decode[0].Addresses
+	b.Run("proxy", func(b *testing.B) {
+		var ttft time.Duration
+		for range b.N {
+			ttft += firstContent(b, benchSend(b, s.URL+"/v1/chat/completions", body))
+		}
+		b.ReportMetric(float64(ttft.Microseconds())/1000/float64(b.N), "ttft-ms")
+	})
+	b.Run("client", func(b *testing.B) {
+		var ttft time.Duration
+		for range b.N {
+			room := rand.Uint64() >> 1
+			both := chat(longPrompt, map[string]any{"stream": true, "max_tokens": 2, "bootstrap_host": "127.0.0.1",
+				"bootstrap_port": pre.BootstrapPort(), "bootstrap_room": room})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				benchSend(b, pre.URL+"/v1/chat/completions", both)
+			}()
+			ttft += firstContent(b, benchSend(b, dec.URL+"/v1/chat/completions", both))
+			<-done
+		}
+		b.ReportMetric(float64(ttft.Microseconds())/1000/float64(b.N), "ttft-ms")
+	})
+}
+
+// firstContent is when the first event with generated text arrived.
+func firstContent(b *testing.B, r *response) time.Duration {
+	for _, ev := range r.Events {
+		if strings.Contains(ev.Data, `"content":"`) && !strings.Contains(ev.Data, `"content":""`) {
+			return ev.At
+		}
+	}
+	b.Fatalf("no token in %s", r.Body)
+	return 0
+}
+
+// BenchmarkLMCacheWake measures, in lmcache mode, the time from a KV-ready
+// notification leaving a prefiller rank (sent by the benchmark, once the
+// prefill has answered) to the decode request reaching the mock decoder:
+// kvbridge's wake-up, its long-poll answer, the filter resuming the request
+// and Envoy routing it. Reports p50-ms and p99-ms.
+func BenchmarkLMCacheWake(b *testing.B) {
+	s := start(b, benchTopology(config.ModeLMCache, 1, nil))
+	pre, dec := s.Prefill[0], s.Decode[0]
+	ctx := context.Background()
+	if err := pre.Control.SetFaults(ctx, mocks.Fault{Type: mocks.FaultNotifyDrop}); err != nil {
+		b.Fatal(err)
+	}
+	snd, err := zmqpush.Dial(ctx, s.KVBridge.ZMQEndpoint())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer snd.Close()
+	body := completion(longPrompt, map[string]any{"max_tokens": 2})
+	var seqP, seqD uint64
+	samples := make([]time.Duration, 0, b.N)
+	for range b.N {
+		res := async(s, "/v1/completions", body)
+		var id string
+		for id == "" {
+			rs, err := pre.Control.Requests(ctx, mocks.RequestFilter{Since: seqP, Kind: "prefill"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(rs) == 1 && rs[0].Status != 0 {
+				seqP = rs[0].Seq
+				m, _ := rs[0].JSON()
+				id = str(get(m, "kv_transfer_params", "disagg_spec", "req_id"))
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond) // let the filter take the prefill answer
+		sent := time.Now()
+		if err := snd.Send(kvbridge.EncodeNotification("ProxyNotif", id)); err != nil {
+			b.Fatal(err)
+		}
+		if r := res.wait(b); r.Status != 200 || r.kv() != mocks.KVTransferred {
+			b.Fatalf("got %d kv %q: %s", r.Status, r.kv(), r.Body)
+		}
+		rs, err := dec.Control.Requests(ctx, mocks.RequestFilter{Since: seqD, Kind: "decode"})
+		if err != nil || len(rs) != 1 {
+			b.Fatalf("decode records %v %v", rs, err)
+		}
+		seqD = rs[0].Seq
+		samples = append(samples, rs[0].Time.Sub(sent))
+	}
+	slices.Sort(samples)
+	pct := func(p float64) float64 {
+		return float64(samples[int(p*float64(len(samples)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}

@@ -1,0 +1,473 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pdroute/pdroute/e2e/mocks"
+	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/hostcalls/kvbridge"
+	"github.com/pdroute/pdroute/hostcalls/zmqpush"
+)
+
+// Issue 6: lmcache mode (LMCache NIXL push). The filter tokenizes, sends
+// the prefill with a disagg_spec naming the chosen decoder, and decodes
+// once the prefill answered AND every decoder rank's KV-ready notification
+// reached kvbridge.
+
+// TestLMCache runs the notification-ordering, disconnect and response
+// scenarios on one stack (2P+2D, TP 1, kv_wait_timeout_ms 8000).
+func TestLMCache(t *testing.T) {
+	t.Parallel()
+	s := start(t, modeTopology(config.ModeLMCache, map[string]any{
+		"lmcache": map[string]any{"kv_wait_timeout_ms": 8000},
+	}))
+
+	t.Run("notification_before_prefill_answer", func(t *testing.T) {
+		reset(t, s)
+		// The prefill answers after 500 ms and sends no notification
+		// itself; the test sends it while the prefill is still running.
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultDelay, DelayMS: 500}, mocks.Fault{Type: mocks.FaultNotifyDrop})
+		before := kvStats(t, s)
+		res := async(s, "/v1/completions", completion(longPrompt, nil))
+		id := waitPrefill(t, s, false)
+		notify(t, s, id)
+		r := res.wait(t)
+		r.expect(t, 200, "disagg")
+		if r.kv() != mocks.KVTransferred {
+			t.Errorf("decoder says %q (%s), want transferred", r.kv(), r.Header.Get("x-mock-kv-reason"))
+		}
+		kvStats(t, s).expectDelta(t, before, 1, 0)
+	})
+
+	t.Run("notification_with_prefill_answer", func(t *testing.T) {
+		reset(t, s)
+		before := kvStats(t, s)
+		r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
+		r.expect(t, 200, "disagg")
+		if r.kv() != mocks.KVTransferred {
+			t.Errorf("decoder says %q (%s), want transferred", r.kv(), r.Header.Get("x-mock-kv-reason"))
+		}
+		kvStats(t, s).expectDelta(t, before, 1, 0)
+	})
+
+	t.Run("notification_after_prefill_answer", func(t *testing.T) {
+		reset(t, s)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDelay, DelayMS: 400})
+		before := kvStats(t, s)
+		hist := kvWaitHistogram(t, s)
+		r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
+		r.expect(t, 200, "disagg")
+		if r.kv() != mocks.KVTransferred {
+			t.Errorf("decoder says %q (%s), want transferred", r.kv(), r.Header.Get("x-mock-kv-reason"))
+		}
+		pre, _ := only(t, recorded(t, s.Prefill, "prefill"), "prefill")
+		dec, _ := only(t, recorded(t, s.Decode, "decode"), "decode")
+		if gap := dec.Time.Sub(pre.Time); gap < 400*time.Millisecond {
+			t.Errorf("decode sent %s after the prefill started: it did not wait for the delayed notification", gap)
+		}
+		kvStats(t, s).expectDelta(t, before, 1, 0)
+		eventually(t, 10*time.Second, "kv_wait_ms records the wait", func() (bool, string) {
+			h := kvWaitHistogram(t, s)
+			return h.Count == hist.Count+1 && h.Sum-hist.Sum >= 300, jsonString(h)
+		})
+	})
+
+	t.Run("duplicate_notifications", func(t *testing.T) {
+		reset(t, s)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDuplicate})
+		received := s.KVBridge.Stats().Received
+		for range 2 {
+			r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
+			r.expect(t, 200, "disagg")
+			if r.kv() != mocks.KVTransferred {
+				t.Errorf("decoder says %q, want transferred", r.kv())
+			}
+		}
+		if n := len(recorded(t, s.Decode, "decode")); n != 2 {
+			t.Errorf("%d decode requests for 2 client requests", n)
+		}
+		eventually(t, 15*time.Second, "kvbridge got every duplicate", func() (bool, string) {
+			got := s.KVBridge.Stats().Received - received
+			return got == 4, jsonString(s.KVBridge.Stats())
+		})
+	})
+
+	t.Run("client_disconnect_while_waiting", func(t *testing.T) {
+		reset(t, s)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDrop})
+		ctx, cancel := context.WithCancel(context.Background())
+		res := asyncCtx(ctx, s, "/v1/completions", completion(longPrompt, nil))
+		id := waitPrefill(t, s, true)
+		eventually(t, 15*time.Second, "the stream waits for KV", func() (bool, string) {
+			n := stat(t, s, "pdroute.kv_wait.waiting")
+			return n == 1, jsonString(n)
+		})
+		cancel()
+		if _, err := res.result(); err == nil {
+			t.Fatal("request finished although the client left")
+		}
+		eventually(t, 15*time.Second, "waiter released", func() (bool, string) {
+			n := stat(t, s, "pdroute.kv_wait.waiting")
+			d := debugState(t, s)
+			return n == 0 && d.VMKVWaiting == 0 && d.Inflight() == 0, jsonString([]any{n, d})
+		})
+		if h := s.Emulator(); h != nil {
+			// Shared data has no delete: a released flag is an empty value.
+			if v, _, ok := h.SharedData(stack.PluginName, "pdroute/kv/"+id); !ok || len(v) != 0 {
+				t.Errorf("KV flag of %s: present %v, value %x; want present and empty", id, ok, v)
+			}
+		}
+		if n := len(recorded(t, s.Decode, "decode")); n != 0 {
+			t.Errorf("decoders got %d requests after the client left", n)
+		}
+	})
+
+	t.Run("two_vms_wait_at_once", func(t *testing.T) {
+		reset(t, s)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDelay, DelayMS: 2000})
+		before := kvStats(t, s)
+		// New connections: the emulator spreads them over its workers.
+		var results []*pending
+		for range 2 {
+			results = append(results, asyncClient(context.Background(), &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, s, "/v1/completions", completion(longPrompt, nil)))
+		}
+		eventually(t, 15*time.Second, "both streams wait at once", func() (bool, string) {
+			n := stat(t, s, "pdroute.kv_wait.waiting")
+			return n == 2, jsonString(n)
+		})
+		if s.Emulator() != nil {
+			// The emulator hands new connections to its workers in turn, so
+			// the next two reach the two VMs the requests went to.
+			var perVM []int
+			for range 2 {
+				r, err := send(testCtx(t, controlTimeout), http.MethodGet, s.URL+stack.DebugPath, nil, map[string]string{"connection": "close"})
+				if err != nil || r.Status != 200 {
+					t.Fatalf("debug path: %s", describe(r, err))
+				}
+				var d stack.DebugState
+				if err := json.Unmarshal(r.Body, &d); err != nil {
+					t.Fatal(err)
+				}
+				perVM = append(perVM, d.VMKVWaiting)
+			}
+			if perVM[0] != 1 || perVM[1] != 1 {
+				t.Errorf("waiting streams per VM %v, want one on each of the two VMs", perVM)
+			}
+		}
+		for _, p := range results {
+			r := p.wait(t)
+			r.expect(t, 200, "disagg")
+			if r.kv() != mocks.KVTransferred {
+				t.Errorf("decoder says %q, want transferred", r.kv())
+			}
+		}
+		kvStats(t, s).expectDelta(t, before, 2, 0)
+	})
+
+	t.Run("chat_stream_first_token_first", func(t *testing.T) {
+		reset(t, s)
+		body := chat(longPrompt, map[string]any{"stream": true, "max_tokens": 8, "ignore_eos": true})
+		want := directText(t, s, chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true}))
+		r := post(t, s, "/v1/chat/completions", body, nil)
+		r.expect(t, 200, "disagg")
+		if len(r.Events) == 0 || r.Events[len(r.Events)-1].Data != "[DONE]" {
+			t.Fatalf("not a complete stream: %s", r.Body)
+		}
+		var text strings.Builder
+		for i, ev := range r.Events[:len(r.Events)-1] {
+			var c struct {
+				Object  string `json:"object"`
+				Choices []struct {
+					Delta struct {
+						Content string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(ev.Data), &c); err != nil || c.Object != "chat.completion.chunk" {
+				t.Fatalf("event %d is not a chat.completion.chunk: %s", i, ev.Data)
+			}
+			if len(c.Choices) > 0 {
+				if i == 0 && c.Choices[0].Delta.Content == "" {
+					t.Errorf("the first chunk carries no token: %s", ev.Data)
+				}
+				text.WriteString(c.Choices[0].Delta.Content)
+			}
+		}
+		if text.String() != want {
+			t.Errorf("streamed text %q, want the direct answer %q", text.String(), want)
+		}
+		checkLMCacheLegs(t, s, 8)
+	})
+
+	t.Run("non_streaming_one_json_answer", func(t *testing.T) {
+		reset(t, s)
+		want := directText(t, s, chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true}))
+		r := post(t, s, "/v1/chat/completions", chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true}), nil)
+		r.expect(t, 200, "disagg")
+		var a struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Message struct {
+					Role    string `json:"role"`
+					Content string `json:"content"`
+				} `json:"message"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(r.Body, &a); err != nil {
+			t.Fatalf("not one JSON answer: %v\n%s", err, r.Body)
+		}
+		if a.Object != "chat.completion" || len(a.Choices) != 1 || a.Choices[0].Message.Role != "assistant" || a.Choices[0].FinishReason == "" {
+			t.Errorf("malformed chat answer: %s", r.Body)
+		}
+		if a.Choices[0].Message.Content != want || a.Usage.CompletionTokens != 8 {
+			t.Errorf("content %q (%d tokens), want the direct answer %q (8 tokens)", a.Choices[0].Message.Content, a.Usage.CompletionTokens, want)
+		}
+		checkLMCacheLegs(t, s, 8)
+	})
+
+	t.Run("kvbridge_restart_mid_wait", func(t *testing.T) {
+		reset(t, s)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDelay, DelayMS: 2000})
+		errorsBefore := stat(t, s, "pdroute.kv_wait.poll_errors")
+		before := kvStats(t, s)
+		res := async(s, "/v1/completions", completion(longPrompt, nil))
+		waitPrefill(t, s, true)
+		if err := s.KVBridge.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		r := res.wait(t)
+		r.expect(t, 200, "disagg")
+		if r.kv() != mocks.KVTransferred {
+			t.Errorf("decoder says %q (%s), want transferred: the notification after the restart was missed", r.kv(), r.Header.Get("x-mock-kv-reason"))
+		}
+		if n := stat(t, s, "pdroute.kv_wait.poll_errors"); n <= errorsBefore {
+			t.Errorf("kv_wait.poll_errors %d → %d: the restart went unnoticed", errorsBefore, n)
+		}
+		kvStats(t, s).expectDelta(t, before, 1, 0)
+	})
+}
+
+// TestLMCacheTP2Proceed: with decoder TP 2, rank 1's KV never arrives (its
+// receiver port is closed), so one notification of two reaches kvbridge;
+// after kv_wait_timeout_ms the decode is sent anyway (on_kv_timeout
+// proceed) and the decoder recomputes.
+func TestLMCacheTP2Proceed(t *testing.T) {
+	t.Parallel()
+	closed := closedPort(t)
+	spec := stack.EngineSpec{Latency: fast, TPSize: 2}
+	dec := spec
+	dec.Endpoint = func(ep map[string]any) {
+		ep["kv_receiver"].(map[string]any)["alloc_ports"].([]int)[1] = closed
+	}
+	s := start(t, stack.Topology{Mode: config.ModeLMCache, Prefill: []stack.EngineSpec{spec}, Decode: []stack.EngineSpec{dec},
+		Plugin: map[string]any{"lmcache": map[string]any{"kv_wait_timeout_ms": 600, "on_kv_timeout": "proceed"}}})
+	before := kvStats(t, s)
+	r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
+	r.expect(t, 200, "disagg")
+	if r.kv() != mocks.KVRecomputed || r.Header.Get("x-mock-kv-reason") != "partial_kv" {
+		t.Errorf("decoder says %q (%s), want recomputed (partial_kv)", r.kv(), r.Header.Get("x-mock-kv-reason"))
+	}
+	if r.Total < 600*time.Millisecond {
+		t.Errorf("answered after %s, before kv_wait_timeout_ms (600 ms)", r.Total)
+	}
+	if st := stats(t, s.Prefill[0]); st.Notifications["sent"] != 1 || st.KVPushFailures != 1 {
+		t.Errorf("prefiller sent %d notifications with %d failed pushes, want 1 and 1", st.Notifications["sent"], st.KVPushFailures)
+	}
+	kvStats(t, s).expectDelta(t, before, 0, 1)
+}
+
+// TestLMCacheTP2Fail: one notification of two and on_kv_timeout fail: 504,
+// no decode, nothing left waiting.
+func TestLMCacheTP2Fail(t *testing.T) {
+	t.Parallel()
+	spec := stack.EngineSpec{Latency: fast, TPSize: 2}
+	s := start(t, stack.Topology{Mode: config.ModeLMCache, Prefill: []stack.EngineSpec{spec}, Decode: []stack.EngineSpec{spec},
+		Plugin: map[string]any{"lmcache": map[string]any{"kv_wait_timeout_ms": 600, "on_kv_timeout": "fail"}}})
+	faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDrop, Ranks: []int{1}})
+	before := kvStats(t, s)
+	r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
+	if r.Status != 504 || r.errorCode(t) != "KV_TRANSFER_TIMEOUT" {
+		t.Fatalf("got %d %s, want 504 KV_TRANSFER_TIMEOUT", r.Status, r.Body)
+	}
+	if n := len(recorded(t, s.Decode, "decode")); n != 0 {
+		t.Errorf("decoder got %d requests after the KV timed out", n)
+	}
+	if st := stats(t, s.Prefill[0]); st.Notifications["sent"] != 1 || st.Notifications["dropped"] != 1 {
+		t.Errorf("notifications %v, want 1 sent and 1 dropped", st.Notifications)
+	}
+	kvStats(t, s).expectDelta(t, before, 0, 1)
+	eventually(t, 15*time.Second, "nothing left waiting", func() (bool, string) {
+		n := stat(t, s, "pdroute.kv_wait.waiting")
+		return n == 0, jsonString(n)
+	})
+	jsonContentType(t, r)
+}
+
+// kvCounts are the filter's KV-wait outcomes.
+type kvCounts struct{ ready, timeout int64 }
+
+func kvStats(t testing.TB, s *stack.Stack) kvCounts {
+	t.Helper()
+	return kvCounts{stat(t, s, "pdroute.kv_wait.ready"), stat(t, s, "pdroute.kv_wait.timeout")}
+}
+
+func (c kvCounts) expectDelta(t testing.TB, before kvCounts, ready, timeout int64) {
+	t.Helper()
+	if c.ready-before.ready != ready || c.timeout-before.timeout != timeout {
+		t.Errorf("kv_wait.ready +%d timeout +%d, want +%d and +%d", c.ready-before.ready, c.timeout-before.timeout, ready, timeout)
+	}
+}
+
+func kvWaitHistogram(t testing.TB, s *stack.Stack) stack.Histogram {
+	t.Helper()
+	h, err := s.Histogram(testCtx(t, controlTimeout), "pdroute.kv_wait_ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// waitPrefill waits for the one prefill request of the test (answered, if
+// answered is set) and returns its disagg_spec.req_id.
+func waitPrefill(t testing.TB, s *stack.Stack, answered bool) string {
+	t.Helper()
+	var id string
+	eventually(t, 10*time.Second, "prefill request", func() (bool, string) {
+		rs := recorded(t, s.Prefill, "prefill")
+		if len(rs) != 1 || answered && rs[0].Status == 0 {
+			return false, jsonString(rs)
+		}
+		m, err := rs[0].JSON()
+		if err != nil {
+			return false, err.Error()
+		}
+		id = str(get(m, "kv_transfer_params", "disagg_spec", "req_id"))
+		return id != "", rs[0].Body
+	})
+	return id
+}
+
+// notify sends the KV-ready notification of id to kvbridge, as a prefiller
+// rank does.
+func notify(t testing.TB, s *stack.Stack, id string) {
+	t.Helper()
+	ctx := testCtx(t, controlTimeout)
+	snd, err := zmqpush.Dial(ctx, s.KVBridge.ZMQEndpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	if err := snd.Send(kvbridge.EncodeNotification("ProxyNotif", id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// directText is a decoder's answer to body when it serves it alone: the
+// text a disaggregated answer must reproduce exactly.
+func directText(t testing.TB, s *stack.Stack, body []byte) string {
+	t.Helper()
+	r, err := send(testCtx(t, 10*time.Second), http.MethodPost, s.Decode[0].Addresses.URL+"/v1/chat/completions", body, nil)
+	if err != nil || r.Status != 200 {
+		t.Fatalf("direct request: %s", describe(r, err))
+	}
+	text, _ := get(r.JSON(t), "choices").([]any)
+	if len(text) != 1 {
+		t.Fatalf("direct answer: %s", r.Body)
+	}
+	content := str(get(text[0].(map[string]any), "message", "content"))
+	// The direct request is recorded too: forget it.
+	reset(t, s)
+	return content
+}
+
+// checkLMCacheLegs checks the tokenize, prefill and decode requests of one
+// chat request with max_tokens n.
+func checkLMCacheLegs(t testing.TB, s *stack.Stack, n int) {
+	t.Helper()
+	tok := recorded(t, s.Prefill, "tokenize")
+	_, pb := only(t, recorded(t, s.Prefill, "prefill"), "prefill")
+	decoder, dec := recordedBy(t, s.Decode, "decode")
+	db, _ := dec.JSON()
+	if len(tok) != 1 {
+		t.Errorf("%d tokenize calls, want 1", len(tok))
+	}
+	if pb["max_tokens"] != 1.0 || pb["stream"] != false || get(pb, "kv_transfer_params", "ret_first_tok") != true {
+		t.Errorf("prefill body: %v", pb)
+	}
+	spec, _ := get(pb, "kv_transfer_params", "disagg_spec").(map[string]any)
+	wantPorts := jsonString(decoder.Addresses.KVAllocPorts())
+	if got := jsonString(spec["receiver_alloc_port"]); got != wantPorts || spec["receiver_host"] != "127.0.0.1" {
+		t.Errorf("disagg_spec %v does not name %s's receiver (alloc ports %s)", spec, decoder.Name, wantPorts)
+	}
+	ids, _ := db["prompt"].([]any)
+	if dec.Path != "/v1/completions" || len(ids) == 0 || db["max_tokens"] != float64(n-1) || db["kv_transfer_params"] != nil {
+		t.Errorf("decode request %s: prompt of %d ids, max_tokens %v, kv_transfer_params %v", dec.Path, len(ids), db["max_tokens"], db["kv_transfer_params"])
+	}
+}
+
+// pending is a request running in the background.
+type pending struct {
+	done chan struct{}
+	r    *response
+	err  error
+}
+
+func async(s *stack.Stack, path string, body []byte) *pending {
+	return asyncCtx(context.Background(), s, path, body)
+}
+
+func asyncCtx(ctx context.Context, s *stack.Stack, path string, body []byte) *pending {
+	return asyncClient(ctx, client, s, path, body)
+}
+
+func asyncClient(ctx context.Context, c *http.Client, s *stack.Stack, path string, body []byte) *pending {
+	p := &pending{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	go func() {
+		defer close(p.done)
+		defer cancel()
+		var r *stack.Response
+		r, p.err = stack.Send(ctx, c, http.MethodPost, s.URL+path, body, nil)
+		if p.err == nil {
+			p.r = &response{r}
+		}
+	}()
+	return p
+}
+
+func (p *pending) result() (*response, error) {
+	<-p.done
+	return p.r, p.err
+}
+
+func (p *pending) wait(t testing.TB) *response {
+	t.Helper()
+	r, err := p.result()
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	return r
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
+}

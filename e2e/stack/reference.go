@@ -1,0 +1,49 @@
+package stack
+
+import (
+	"github.com/pdroute/pdroute/e2e/mocks"
+	"github.com/pdroute/pdroute/filter/config"
+)
+
+// DevThreshold is threshold_tokens in `make dev` and the reference
+// envoy.yaml: production-stack's examples disaggregate at a few hundred
+// tokens, and 512 makes a one-line prompt go direct and a paragraph go
+// through prefill.
+const DevThreshold = 512
+
+// DevTopology is the stack `make dev` runs and e2e/envoy/envoy.yaml
+// describes: mode, two prefill and two decode engines by cluster on
+// DevPorts, threshold_tokens DevThreshold — except in sglang mode, where it
+// is 0: an SGLang decoder in disaggregation mode cannot serve a request
+// without a prefiller's room, so every request must be disaggregated.
+func DevTopology(mode config.Mode) Topology {
+	threshold := DevThreshold
+	if mode == config.ModeSGLang {
+		threshold = 0
+	}
+	return Topology{Mode: mode, Ports: DevPorts, Plugin: map[string]any{"threshold_tokens": threshold}}
+}
+
+// ReferenceWasmFile is the module the checked-in envoy.yaml loads: what
+// `make wasm` builds, relative to the repository root (run envoy there).
+const ReferenceWasmFile = "build/pdroute.wasm"
+
+// ReferenceBootstrap renders e2e/envoy/envoy.yaml: DevTopology in nixl mode,
+// with the engines' planned addresses (nothing is started). `pdroute-dev
+// -proxy envoy` in nixl mode runs the same file but for the module path.
+func ReferenceBootstrap() ([]byte, error) {
+	t, err := DevTopology(config.ModeNIXL).withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{Topology: t, WasmFile: ReferenceWasmFile}
+	_ = eachEngine(t, func(e *Engine, addr string) error {
+		e.Addr, e.Addresses = addr, mocks.Addresses{Addr: addr}
+		s.add(e)
+		return nil
+	})
+	if s.PluginConfig, err = pluginJSON(t, s.Prefill, s.Decode); err != nil {
+		return nil, err
+	}
+	return s.bootstrap(loopback(t.Ports.Listener), loopback(t.Ports.Admin)).Render()
+}
