@@ -122,34 +122,13 @@ type PoolConfig struct {
 	Endpoints []Endpoint
 }
 
-// Endpoint mirrors one entry of a pool's "endpoints". Only Name is used by lb (for
-// hashing and the key fingerprint); the rest is for the filter, which also checks
-// the rules between them (cluster xor address, ports).
+// Endpoint is one entry of a pool's "endpoints" as lb sees it: a name, used
+// for hashing and for the pool's key fingerprint. How an endpoint is reached
+// (cluster, address, per-mode fields) is the filter's business
+// (filter/config.Endpoint); index i here is endpoint i there.
 type Endpoint struct {
 	// Name (JSON "name") identifies the endpoint in keys, hashing and metrics.
 	Name string
-	// Cluster (JSON "cluster"): Envoy cluster routed to with cluster_header.
-	Cluster string
-	// Address (JSON "address"): host:port routed to through the ORIGINAL_DST cluster.
-	Address string
-	// Host (JSON "host"): the host other engines reach this one at (SGLang
-	// bootstrap_host, orchestrated remote_host); added by filter/config.
-	Host string
-	// MetricsCluster (JSON "metrics_cluster"): cluster for the /metrics scrape;
-	// empty means the endpoint's own cluster.
-	MetricsCluster string
-	// BootstrapPort (JSON "bootstrap_port"): SGLang prefill bootstrap port; 0 means
-	// absent (JSON null), i.e. the engine default.
-	BootstrapPort int
-	// KVReceiver (JSON "kv_receiver"): LMCache decode endpoints only; nil otherwise.
-	KVReceiver *KVReceiver
-}
-
-// KVReceiver mirrors an LMCache decode endpoint's "kv_receiver".
-type KVReceiver struct {
-	Host       string // JSON "host"
-	InitPorts  []int  // JSON "init_ports", one per decoder TP rank
-	AllocPorts []int  // JSON "alloc_ports", one per decoder TP rank
 }
 
 // DefaultPoolConfig returns a pool with every default of docs/CONTRACTS.md and no

@@ -20,7 +20,7 @@ func testPool(n int, s Strategy) PoolConfig {
 	cfg := DefaultPoolConfig()
 	cfg.Strategy = s
 	for i := range n {
-		cfg.Endpoints = append(cfg.Endpoints, Endpoint{Name: fmt.Sprintf("e%d", i), Cluster: fmt.Sprintf("c%d", i)})
+		cfg.Endpoints = append(cfg.Endpoints, Endpoint{Name: fmt.Sprintf("e%d", i)})
 	}
 	return cfg
 }

@@ -84,26 +84,11 @@ func New(cfg *config.Config, clusters map[string]string, client *http.Client) (*
 			}
 			p.urls[e.Name] = "http://" + addr
 		}
-		if *pool.dst, err = lb.New(pool.name, poolConfig(pool.p), store, src); err != nil {
+		if *pool.dst, err = lb.New(pool.name, pool.p.Balancing(), store, src); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
-}
-
-// poolConfig converts a configuration pool to the balancer's.
-func poolConfig(p *config.Pool) lb.PoolConfig {
-	c := lb.PoolConfig{
-		RunningWeight: p.RunningWeight, WaitingWeight: p.WaitingWeight, InflightWeight: p.InflightWeight,
-		StatsMaxAge: p.StatsMaxAge, QPSWindow: p.QPSWindow, AffinityPrefixBytes: p.AffinityPrefixBytes,
-		AffinityLoadFactor: p.AffinityLoadFactor, FailureThreshold: p.FailureThreshold, Cooldown: p.Cooldown,
-		Endpoints: make([]lb.Endpoint, len(p.Endpoints)),
-	}
-	c.Strategy, _ = lb.ParseStrategy(string(p.Strategy)) // config validated the name
-	for i, e := range p.Endpoints {
-		c.Endpoints[i] = lb.Endpoint{Name: e.Name}
-	}
-	return c
 }
 
 // leg is one pick: the lease and its endpoint.

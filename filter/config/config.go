@@ -8,14 +8,16 @@
 // and reports all problems with their field paths. The hot path reads the
 // resulting struct and never re-parses.
 //
-// It is pure Go compiled into the wasm filter: stdlib, gjson and the sibling
-// apierr package only; it must not import proxy-wasm packages, tokenest or lb
-// (the plugin glue converts a Pool into lb.PoolConfig), and it starts no
-// goroutines or timers.
+// It is pure Go compiled into the wasm filter: stdlib, gjson, the sibling
+// apierr package and lb (whose pool settings a Pool carries; Pool.Balancing
+// hands them over) only; it must not import proxy-wasm packages or tokenest,
+// and it starts no goroutines or timers.
 package config
 
 import (
 	"time"
+
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Mode selects the connector: how the prefill and decode requests are built
@@ -288,6 +290,28 @@ type LMCache struct {
 
 // SGLang holds the sglang-mode settings (none yet).
 type SGLang struct{}
+
+// Balancing is the pool's balancer configuration: its settings and its
+// endpoints' names, index for index.
+func (p *Pool) Balancing() lb.PoolConfig {
+	c := lb.PoolConfig{
+		RunningWeight:       p.RunningWeight,
+		WaitingWeight:       p.WaitingWeight,
+		InflightWeight:      p.InflightWeight,
+		StatsMaxAge:         p.StatsMaxAge,
+		QPSWindow:           p.QPSWindow,
+		AffinityPrefixBytes: p.AffinityPrefixBytes,
+		AffinityLoadFactor:  p.AffinityLoadFactor,
+		FailureThreshold:    p.FailureThreshold,
+		Cooldown:            p.Cooldown,
+		Endpoints:           make([]lb.Endpoint, len(p.Endpoints)),
+	}
+	c.Strategy, _ = lb.ParseStrategy(string(p.Strategy)) // Parse validated the name
+	for i, e := range p.Endpoints {
+		c.Endpoints[i] = lb.Endpoint{Name: e.Name}
+	}
+	return c
+}
 
 // Upstream returns where to send a request for e: the cluster for the route
 // header (or proxy_http_call), and the value of x-envoy-original-dst-host,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Parse parses and validates a plugin configuration and applies every
@@ -49,18 +51,21 @@ func Parse(data []byte) (*Config, error) {
 	return c, nil
 }
 
+// defaultPool is a pool with lb's defaults: the balancer owns what its
+// settings mean, so it owns their defaults too.
 func defaultPool() Pool {
+	d := lb.DefaultPoolConfig()
 	return Pool{
-		Strategy:            RoundRobin,
-		RunningWeight:       1,
-		WaitingWeight:       1,
-		InflightWeight:      1,
-		StatsMaxAge:         15 * time.Second,
-		QPSWindow:           10 * time.Second,
-		AffinityPrefixBytes: 1024,
-		AffinityLoadFactor:  1.25,
-		FailureThreshold:    3,
-		Cooldown:            10 * time.Second,
+		Strategy:            Strategy(d.Strategy.String()),
+		RunningWeight:       d.RunningWeight,
+		WaitingWeight:       d.WaitingWeight,
+		InflightWeight:      d.InflightWeight,
+		StatsMaxAge:         d.StatsMaxAge,
+		QPSWindow:           d.QPSWindow,
+		AffinityPrefixBytes: d.AffinityPrefixBytes,
+		AffinityLoadFactor:  d.AffinityLoadFactor,
+		FailureThreshold:    d.FailureThreshold,
+		Cooldown:            d.Cooldown,
 	}
 }
 

@@ -120,11 +120,11 @@ func (r *rootContext) start(cfg *config.Config) error {
 	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))
 	r.instance = binary.LittleEndian.Uint64(seed[16:]) | 1
 	r.store = lb.WithPrefix(sharedData{}, cfg.SharedDataPrefix)
-	r.prefill, err = lb.New("prefill", poolConfig(cfg.Prefill), r.store, r.rng)
+	r.prefill, err = lb.New("prefill", cfg.Prefill.Balancing(), r.store, r.rng)
 	if err != nil {
 		return err
 	}
-	r.decode, err = lb.New("decode", poolConfig(cfg.Decode), r.store, r.rng)
+	r.decode, err = lb.New("decode", cfg.Decode.Balancing(), r.store, r.rng)
 	if err != nil {
 		return err
 	}
@@ -171,27 +171,6 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	s := &stream{r: r, id: id}
 	r.streams[id] = s
 	return s
-}
-
-// poolConfig converts a configuration pool to the balancer's.
-func poolConfig(p config.Pool) lb.PoolConfig {
-	c := lb.PoolConfig{
-		RunningWeight:       p.RunningWeight,
-		WaitingWeight:       p.WaitingWeight,
-		InflightWeight:      p.InflightWeight,
-		StatsMaxAge:         p.StatsMaxAge,
-		QPSWindow:           p.QPSWindow,
-		AffinityPrefixBytes: p.AffinityPrefixBytes,
-		AffinityLoadFactor:  p.AffinityLoadFactor,
-		FailureThreshold:    p.FailureThreshold,
-		Cooldown:            p.Cooldown,
-		Endpoints:           make([]lb.Endpoint, len(p.Endpoints)),
-	}
-	c.Strategy, _ = lb.ParseStrategy(string(p.Strategy)) // config validated the name
-	for i, e := range p.Endpoints {
-		c.Endpoints[i] = lb.Endpoint{Name: e.Name}
-	}
-	return c
 }
 
 // sharedData is lb.Store over proxy-wasm shared data.
