@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tidwall/sjson"
+
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Valid minimal configurations, one per mode; tests edit them with sjson.
@@ -537,6 +540,11 @@ func FuzzParse(f *testing.F) {
 		}
 		names := map[string]bool{}
 		for _, pool := range []Pool{c.Prefill, c.Decode} {
+			// The plugin builds its balancers from an accepted config: lb must
+			// accept it too (pdroute-config check promises the filter starts).
+			if _, err := lb.New("p", pool.Balancing(), lb.NewMemStore(), rand.NewPCG(1, 2)); err != nil {
+				t.Fatalf("Parse accepted a pool lb rejects: %v", err)
+			}
 			for _, e := range pool.Endpoints {
 				if (e.Cluster == "") == (e.Address == "") || e.Name == "" || names[e.Name] || e.MetricsCluster == "" {
 					t.Fatalf("bad endpoint accepted: %+v", e)

@@ -1,10 +1,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Field checks: each returns "" for a good value, else the rest of a message
@@ -240,6 +243,16 @@ func (p *parser) checkPool(c *Config, name string, pool *Pool, names map[string]
 
 		if modeKnown {
 			p.checkModeFields(c, name, path, e)
+		}
+	}
+	// The balancer validates its own settings when the plugin starts; a pool
+	// that passed the checks above must pass that too, so `pdroute-config
+	// check` and the filter never disagree.
+	if !p.reportedUnder(name) {
+		var fe *lb.FieldError
+		bal := pool.Balancing()
+		if err := bal.Validate(); errors.As(err, &fe) {
+			p.add(name+"."+fe.Field, "%s", fe.Msg)
 		}
 	}
 }
