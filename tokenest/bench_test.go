@@ -60,3 +60,59 @@ func BenchmarkEstimate(b *testing.B) {
 		}
 	}
 }
+
+// chatBody builds a /v1/chat/completions body of about tokens cl100k
+// tokens: the messages (string and part contents, names, tool calls) and
+// tools of the checked-in chat samples, repeated.
+func chatBody(tb testing.TB, tokens int) []byte {
+	tb.Helper()
+	data, err := os.ReadFile("testdata/samples/chat.jsonl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var messages, tools []json.RawMessage
+	for n := 0; n < tokens; {
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var s struct {
+				Body struct {
+					Messages, Tools []json.RawMessage
+				} `json:"body"`
+				Cl100k int `json:"cl100k"`
+			}
+			if err := json.Unmarshal([]byte(line), &s); err != nil {
+				tb.Fatal(err)
+			}
+			messages = append(messages, s.Body.Messages...)
+			if len(tools) == 0 {
+				tools = s.Body.Tools
+			}
+			if n += s.Cl100k; n >= tokens {
+				break
+			}
+		}
+	}
+	body, err := json.Marshal(map[string]any{"model": "m", "messages": messages, "tools": tools, "stream": true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkEstimateChat measures both methods on chat bodies of 8k and
+// 128k tokens, whose text is spread over many short strings.
+func BenchmarkEstimateChat(b *testing.B) {
+	for _, tokens := range []int{8 << 10, 128 << 10} {
+		body := chatBody(b, tokens)
+		for _, m := range []Method{Chars4, Default} {
+			b.Run(fmt.Sprintf("%s/%dk", m, tokens>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := Estimate(body, "/v1/chat/completions", m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

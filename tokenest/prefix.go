@@ -23,8 +23,12 @@ func PrefixKey(body []byte, path string, n int) (uint64, error) {
 	if n <= 0 {
 		n = math.MaxInt
 	}
-	t := tally{prefix: prefixHash{on: true, left: n, h: fnvOffset}}
-	if err := t.walk(body, path); err != nil {
+	sh, ok := shapeOf(path)
+	if !ok {
+		return 0, ErrUnsupportedPath
+	}
+	t := tally{prefix: prefixHash{on: true, left: n, h: fnvOffset}, ordered: true}
+	if err := t.walkOrdered(body, sh); err != nil {
 		return 0, err
 	}
 	return t.prefix.h, nil
@@ -59,6 +63,9 @@ func (p *prefixHash) text(s []byte) {
 			continue
 		}
 		r, w := jsonraw.DecodeEscape(s[i:])
+		if w == 0 {
+			return // malformed; the walk rejects the body
+		}
 		i += w
 		var buf [utf8.UTFMax]byte
 		for _, b := range buf[:utf8.EncodeRune(buf[:], r)] {

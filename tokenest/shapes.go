@@ -28,37 +28,72 @@ type tally struct {
 	shape  shape
 	prefix prefixHash // on: PrefixKey mode, nothing is counted
 
+	b       []byte // the body
+	ordered bool   // the ordered walk (see walk.go)
+	depth   int    // arrays and objects open around the value being read
+
 	chars       int               // Chars4: characters of text
 	text, tools textmodel.Counter // Default
-	b           Breakdown
+	bd          Breakdown
 	idPrompt    bool // the input is a token-id prompt
 }
 
-// walk dispatches on the path's shape.
-func (t *tally) walk(body []byte, path string) error {
-	sh, ok := shapeOf(path)
-	if !ok {
-		return ErrUnsupportedPath
+// walk reads body as a request of shape sh.
+func (t *tally) walk(body []byte, sh shape) error {
+	t.b, t.shape = body, sh
+	i := jsonraw.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return ErrNotJSON
 	}
-	t.shape = sh
-	top, err := object(body)
+	var (
+		m   members
+		end int
+		err error
+	)
+	switch sh {
+	case completions:
+		end, err = t.object(i, completionKeys, &m, func(_, v int) (int, error) {
+			if !t.present(v) {
+				return 0, ErrNoInput
+			}
+			return t.prompt(v, "prompt", allowText|allowIDs, t.method == Chars4 && !t.prefix.on)
+		})
+	case chat:
+		end, err = t.object(i, chatKeys, &m, t.chat)
+	case responses:
+		end, err = t.object(i, responsesKeys, &m, func(k, v int) (int, error) { return t.responses(&m, k, v) })
+	default:
+		end, err = t.object(i, generateKeys, &m, func(k, v int) (int, error) { return t.generate(&m, k, v) })
+	}
 	if err != nil {
 		return err
 	}
-	switch sh {
-	case completions:
-		return t.completions(top)
-	case chat:
-		return t.chat(top)
-	case responses:
-		return t.responses(top)
-	default:
-		return t.generate(top)
+	if jsonraw.SkipSpace(body, end) != len(body) {
+		return ErrNotJSON
 	}
+	if sh == chat || sh == responses {
+		t.overhead(replyPrimer)
+	}
+	return nil
 }
 
+// Members each shape reads, in the order it reads them.
+var (
+	completionKeys = []string{"prompt"}
+	generateKeys   = []string{"text", "input_ids", "image_data"}
+	chatKeys       = []string{"messages", "tools", "functions"}
+	responsesKeys  = []string{"instructions", "input", "tools"}
+	messageKeys    = []string{"role", "name", "content", "tool_calls"}
+	// a Responses input item: its type, a message's members, a function
+	// call's and a function call output's
+	itemKeys     = []string{"type", "role", "name", "content", "tool_calls", "arguments", "output"}
+	partKeys     = []string{"type", "text", "refusal"}
+	toolCallKeys = []string{"function"}
+	functionKeys = []string{"name", "arguments"}
+)
+
 func (t *tally) result() Result {
-	b := t.b
+	b := t.bd
 	if t.method == Chars4 {
 		b.Text += t.chars / 4
 	} else {
@@ -68,25 +103,35 @@ func (t *tally) result() Result {
 	return Result{Tokens: b.Total(), Exact: t.idPrompt && b.Total() == b.TokenIDs, Method: t.method, Breakdown: b}
 }
 
-// textString counts (or hashes) the body of a JSON string as text.
-func (t *tally) textString(s []byte) {
+// textString counts (or hashes) the string at t.b[v] as text.
+func (t *tally) textString(v int) (int, error) {
+	var end int
 	switch {
 	case t.prefix.on:
+		s, e, err := t.str(v)
+		if err != nil {
+			return 0, err
+		}
 		t.prefix.text(s)
+		end = e
 	case t.method == Chars4:
-		t.chars += jsonraw.CodePoints(s)
+		var n int
+		end, n = jsonraw.CountString(t.b, v)
+		t.chars += n
 	default:
-		t.text.JSONString(s)
+		end = t.text.JSONString(t.b, v)
 	}
+	if end < 0 {
+		return 0, ErrNotJSON
+	}
+	return end, nil
 }
 
 func (t *tally) overhead(n int) {
 	if !t.prefix.on && t.method == Default {
-		t.b.Overhead += n
+		t.bd.Overhead += n
 	}
 }
-
-func present(v []byte) bool { return v != nil && jsonraw.Kind(v) != jsonraw.Null }
 
 // Kinds of prompt a field accepts.
 const (
@@ -94,64 +139,55 @@ const (
 	allowIDs              // an array of token ids or an array of such arrays
 )
 
-// prompt counts a completion-style prompt: a string, an array of strings, an
-// array of token ids, or an array of arrays of token ids. With byLength (PR
-// #890's rule for /v1/completions under Chars4) an array counts as its
-// number of elements, whatever they are.
-func (t *tally) prompt(p []byte, field string, allow int, byLength bool) error {
-	kind := jsonraw.Kind(p)
+// prompt counts a completion-style prompt at t.b[v]: a string, an array of
+// strings, an array of token ids, or an array of arrays of token ids. With
+// byLength (PR #890's rule for /v1/completions under Chars4) an array
+// counts as its number of elements, whatever they are.
+func (t *tally) prompt(v int, field string, allow int, byLength bool) (int, error) {
+	kind := t.kind(v)
 	if kind == jsonraw.String && allow&allowText != 0 {
-		t.textString(jsonraw.Str(p))
-		return nil
+		return t.textString(v)
 	}
 	if kind != jsonraw.Array {
-		return fieldErr(field, promptWant(allow))
+		return 0, fieldErr(field, promptWant(allow))
 	}
 	first := byte(jsonraw.Invalid)
-	n := 0
-	for it := jsonraw.Elements(p); ; n++ {
-		e, ok := it.NextElem()
-		if !ok {
-			break
-		}
-		k := jsonraw.Kind(e)
+	end, n, err := t.array(v, func(n, e int) (int, error) {
+		k := t.kind(e)
 		if n == 0 {
 			first = k
 		}
 		switch {
 		case k != first:
-			return fieldErr(indexed(field, n), "elements of different types")
+			return 0, fieldErr(indexed(field, n), "elements of different types")
 		case k == jsonraw.String && allow&allowText != 0:
-			if !byLength {
-				t.textString(jsonraw.Str(e))
+			if byLength {
+				_, end, err := t.str(e)
+				return end, err
 			}
+			return t.textString(e)
 		case k == jsonraw.Number && allow&allowIDs != 0:
-			if err := t.tokenID(e, field, n, !byLength); err != nil {
-				return err
-			}
+			return t.tokenID(e, field, -1, n, !byLength)
 		case k == jsonraw.Array && allow&allowIDs != 0:
-			if err := t.idList(e, indexed(field, n), !byLength); err != nil {
-				return err
-			}
-		default:
-			return fieldErr(indexed(field, n), promptWant(allow))
+			return t.idList(e, field, n, !byLength)
 		}
-		if t.prefix.full() {
-			return nil
-		}
+		return 0, fieldErr(indexed(field, n), promptWant(allow))
+	})
+	if err != nil {
+		return 0, err
 	}
 	if n == 0 {
-		return fieldErr(field, "empty array")
+		return 0, fieldErr(field, "empty array")
 	}
 	if byLength {
 		if first == jsonraw.String {
 			t.chars += 4 * n // counted as n tokens of text
 		} else {
-			t.b.TokenIDs += n
+			t.bd.TokenIDs += n
 		}
 	}
 	t.idPrompt = first != jsonraw.String && !(byLength && first == jsonraw.Array)
-	return nil
+	return end, nil
 }
 
 func promptWant(allow int) string {
@@ -164,178 +200,189 @@ func promptWant(allow int) string {
 	return "want a string, an array of strings, of token ids, or of arrays of token ids"
 }
 
-// idList counts an array of token ids.
-func (t *tally) idList(v []byte, field string, count bool) error {
-	if jsonraw.Kind(v) != jsonraw.Array {
-		return fieldErr(field, "want an array of token ids")
+// idList counts the array of token ids at t.b[v], element outer of field.
+func (t *tally) idList(v int, field string, outer int, count bool) (int, error) {
+	if t.kind(v) != jsonraw.Array {
+		return 0, fieldErr(indexed(field, outer), "want an array of token ids")
 	}
-	n := 0
-	for it := jsonraw.Elements(v); ; n++ {
-		e, ok := it.NextElem()
-		if !ok {
-			break
-		}
-		if err := t.tokenID(e, field, n, count); err != nil {
-			return err
-		}
-		if t.prefix.full() {
-			return nil
-		}
+	end, n, err := t.array(v, func(n, e int) (int, error) { return t.tokenID(e, field, outer, n, count) })
+	if err != nil {
+		return 0, err
 	}
 	if n == 0 {
-		return fieldErr(field, "empty array")
+		return 0, fieldErr(indexed(field, outer), "empty array")
 	}
-	return nil
+	return end, nil
 }
 
-// tokenID checks one token id (an integer in [0, 2^32)) and counts or
-// hashes it.
-func (t *tally) tokenID(e []byte, field string, i int, count bool) error {
-	if len(e) == 0 || len(e) > 10 {
+// tokenID checks one token id (an integer in [0, 2^32)), element i of
+// field (or of its element outer, when outer ≥ 0), and counts or hashes
+// it.
+func (t *tally) tokenID(v int, field string, outer, i int, count bool) (int, error) {
+	bad := func() error {
+		if outer >= 0 {
+			field = indexed(field, outer)
+		}
 		return fieldErr(indexed(field, i), "want a token id (an integer from 0 to 4294967295)")
 	}
+	if t.kind(v) != jsonraw.Number {
+		return 0, bad()
+	}
+	end := jsonraw.SkipNumber(t.b, v)
+	if end < 0 {
+		return 0, ErrNotJSON
+	}
+	if end-v > 10 {
+		return 0, bad()
+	}
 	var id uint64
-	for _, c := range e {
+	for _, c := range t.b[v:end] {
 		if c < '0' || c > '9' {
-			return fieldErr(indexed(field, i), "want a token id (an integer from 0 to 4294967295)")
+			return 0, bad()
 		}
 		id = id*10 + uint64(c-'0')
 	}
 	if id > 1<<32-1 {
-		return fieldErr(indexed(field, i), "want a token id (an integer from 0 to 4294967295)")
+		return 0, bad()
 	}
 	switch {
 	case t.prefix.on:
 		t.prefix.id(uint32(id))
 	case count:
-		t.b.TokenIDs++
+		t.bd.TokenIDs++
 	}
-	return nil
+	return end, nil
 }
 
-func (t *tally) completions(top []byte) error {
-	p := jsonraw.Field(top, "prompt")
-	if !present(p) {
-		return ErrNoInput
-	}
-	return t.prompt(p, "prompt", allowText|allowIDs, t.method == Chars4 && !t.prefix.on)
-}
-
-func (t *tally) generate(top []byte) error {
-	text, ids := jsonraw.Field(top, "text"), jsonraw.Field(top, "input_ids")
-	var err error
-	switch {
-	case present(text) && present(ids):
-		return fieldErr("input_ids", "text and input_ids are mutually exclusive")
-	case present(text):
-		err = t.prompt(text, "text", allowText, false)
-	case present(ids):
-		err = t.prompt(ids, "input_ids", allowIDs, false)
-	default:
-		return ErrNoInput
-	}
-	if err != nil {
-		return err
+// generate reads member k (generateKeys) of a /generate body.
+func (t *tally) generate(m *members, k, v int) (int, error) {
+	switch k {
+	case 0, 1: // text, input_ids: one of them
+		other := m.value(1 - k)
+		switch {
+		case !t.present(v) && k == 1 && !t.present(other):
+			return 0, ErrNoInput
+		case !t.present(v):
+			return t.skip(v)
+		case t.present(other):
+			return 0, fieldErr("input_ids", "text and input_ids are mutually exclusive")
+		case k == 0:
+			return t.prompt(v, "text", allowText, false)
+		}
+		return t.prompt(v, "input_ids", allowIDs, false)
 	}
 	// SGLang's image_data: one image or a list (one per prompt or per image).
-	images := jsonraw.Field(top, "image_data")
-	switch jsonraw.Kind(images) {
-	case jsonraw.Invalid, jsonraw.Null:
-	case jsonraw.String:
-		t.media(&t.b.Images, ImageTokens)
-	case jsonraw.Array:
-		for it := jsonraw.Elements(images); ; {
-			e, ok := it.NextElem()
-			if !ok {
-				break
-			}
-			if present(e) {
-				t.media(&t.b.Images, ImageTokens)
-			}
-		}
-	default:
-		return fieldErr("image_data", "want a string or an array")
+	if v < 0 {
+		return 0, nil
 	}
-	return nil
+	switch t.kind(v) {
+	case jsonraw.Null:
+		return t.skip(v)
+	case jsonraw.String:
+		t.media(&t.bd.Images, ImageTokens)
+		_, end, err := t.str(v)
+		return end, err
+	case jsonraw.Array:
+		end, _, err := t.array(v, func(_, e int) (int, error) {
+			if t.present(e) {
+				t.media(&t.bd.Images, ImageTokens)
+			}
+			return t.skip(e)
+		})
+		return end, err
+	}
+	return 0, fieldErr("image_data", "want a string or an array")
 }
 
-func (t *tally) chat(top []byte) error {
-	msgs := jsonraw.Field(top, "messages")
-	if !present(msgs) {
-		return ErrNoInput
+// chat reads member k (chatKeys) of a chat completion body.
+func (t *tally) chat(k, v int) (int, error) {
+	if k > 0 {
+		return t.toolDefs(v, chatKeys[k])
 	}
-	if jsonraw.Kind(msgs) != jsonraw.Array {
-		return fieldErr("messages", "want an array of messages")
+	if !t.present(v) {
+		return 0, ErrNoInput
 	}
-	n := 0
-	for it := jsonraw.Elements(msgs); ; n++ {
-		m, ok := it.NextElem()
-		if !ok {
-			break
-		}
-		if err := t.message(m, "messages", n); err != nil {
-			return err
-		}
-		if t.prefix.full() {
-			return nil
-		}
+	if t.kind(v) != jsonraw.Array {
+		return 0, fieldErr("messages", "want an array of messages")
+	}
+	end, n, err := t.array(v, func(i, e int) (int, error) { return t.message(e, "messages", i) })
+	if err != nil {
+		return 0, err
 	}
 	if n == 0 {
-		return fieldErr("messages", "empty array")
+		return 0, fieldErr("messages", "empty array")
 	}
-	if err := t.toolDefs(top, "tools"); err != nil {
-		return err
-	}
-	if err := t.toolDefs(top, "functions"); err != nil {
-		return err
-	}
-	t.overhead(replyPrimer)
-	return nil
+	return end, nil
 }
 
-// message counts one chat message (or Responses message item).
-func (t *tally) message(m []byte, field string, i int) error {
-	if jsonraw.Kind(m) != jsonraw.Object {
-		return fieldErr(indexed(field, i), "want an object")
+// message counts the chat message (or Responses message item) at t.b[v],
+// element i of field.
+func (t *tally) message(v int, field string, i int) (int, error) {
+	if t.kind(v) != jsonraw.Object {
+		return 0, fieldErr(indexed(field, i), "want an object")
 	}
-	role := jsonraw.Field(m, "role")
-	if jsonraw.Kind(role) != jsonraw.String {
-		return fieldErr(indexed(field, i)+".role", "want a string")
-	}
-	t.role(jsonraw.Str(role))
-	if name := jsonraw.Field(m, "name"); present(name) {
-		if jsonraw.Kind(name) != jsonraw.String {
-			return fieldErr(indexed(field, i)+".name", "want a string")
+	var m members
+	return t.object(v, messageKeys, &m, func(k, v int) (int, error) { return t.messageMember(k, v, field, i) })
+}
+
+// messageMember reads member k (messageKeys) of a message.
+func (t *tally) messageMember(k, v int, field string, i int) (int, error) {
+	switch k {
+	case 0:
+		if t.kind(v) != jsonraw.String {
+			return 0, fieldErr(indexed(field, i)+".role", "want a string")
+		}
+		r, end, err := t.str(v)
+		if err == nil {
+			t.role(r)
+		}
+		return end, err
+	case 1:
+		if !t.present(v) {
+			return t.skip(v)
+		}
+		if t.kind(v) != jsonraw.String {
+			return 0, fieldErr(indexed(field, i)+".name", "want a string")
 		}
 		t.overhead(perName)
 		if t.method == Default {
-			t.textString(jsonraw.Str(name))
+			return t.textString(v)
 		}
+		_, end, err := t.str(v)
+		return end, err
+	case 2:
+		return t.content(v, field, i)
 	}
-	if err := t.content(jsonraw.Field(m, "content"), field, i); err != nil {
-		return err
+	if !t.present(v) {
+		return t.skip(v)
 	}
-	calls := jsonraw.Field(m, "tool_calls")
-	if !present(calls) {
-		return nil
+	if t.kind(v) != jsonraw.Array {
+		return 0, fieldErr(indexed(field, i)+".tool_calls", "want an array")
 	}
-	if jsonraw.Kind(calls) != jsonraw.Array {
-		return fieldErr(indexed(field, i)+".tool_calls", "want an array")
-	}
-	for it, j := jsonraw.Elements(calls), 0; ; j++ {
-		c, ok := it.NextElem()
-		if !ok {
-			return nil
+	end, _, err := t.array(v, func(j, c int) (int, error) {
+		at := func(suffix string) string { return indexed(indexed(field, i)+".tool_calls", j) + suffix }
+		if t.kind(c) != jsonraw.Object {
+			return 0, fieldErr(at(".function"), "want an object with a string name")
 		}
-		fn := jsonraw.Field(c, "function")
-		name, args := jsonraw.Field(fn, "name"), jsonraw.Field(fn, "arguments")
-		if jsonraw.Kind(fn) != jsonraw.Object || jsonraw.Kind(name) != jsonraw.String {
-			return fieldErr(indexed(indexed(field, i)+".tool_calls", j)+".function", "want an object with a string name")
-		}
-		if err := t.toolCall(name, args); err != nil {
-			return fieldErr(indexed(indexed(field, i)+".tool_calls", j)+".function.arguments", err.Error())
-		}
-	}
+		var m members
+		return t.object(c, toolCallKeys, &m, func(_, fn int) (int, error) {
+			if t.kind(fn) != jsonraw.Object {
+				return 0, fieldErr(at(".function"), "want an object with a string name")
+			}
+			var f members
+			return t.object(fn, functionKeys, &f, func(k, v int) (int, error) {
+				if k == 0 && t.kind(v) != jsonraw.String {
+					return 0, fieldErr(at(".function"), "want an object with a string name")
+				}
+				end, err := t.toolCall(k, v)
+				if _, ok := err.(partError); ok {
+					return 0, fieldErr(at(".function.arguments"), err.Error())
+				}
+				return end, err
+			})
+		})
+	})
+	return end, err
 }
 
 // role starts a message: template overhead, or the role in the prefix hash.
@@ -347,69 +394,113 @@ func (t *tally) role(r []byte) {
 	t.overhead(perMessage)
 }
 
-// content counts a message's content: a string, an array of parts, or null.
-func (t *tally) content(c []byte, field string, i int) error {
-	switch jsonraw.Kind(c) {
-	case jsonraw.Invalid, jsonraw.Null:
-		return nil
+// content counts a message's content at t.b[v]: a string, an array of
+// parts, or null.
+func (t *tally) content(v int, field string, i int) (int, error) {
+	switch t.kind(v) {
+	case jsonraw.Invalid:
+		if v < 0 {
+			return 0, nil
+		}
+	case jsonraw.Null:
+		return t.skip(v)
 	case jsonraw.String:
-		t.textString(jsonraw.Str(c))
+		end, err := t.textString(v)
 		t.prefix.separate()
-		return nil
+		return end, err
 	case jsonraw.Array:
-	default:
-		return fieldErr(indexed(field, i)+".content", "want a string, an array of parts or null")
+		end, _, err := t.array(v, func(j, p int) (int, error) {
+			end, err := t.part(p)
+			if _, ok := err.(partError); ok {
+				return 0, fieldErr(indexed(indexed(field, i)+".content", j), err.Error())
+			}
+			return end, err
+		})
+		return end, err
 	}
-	for it, j := jsonraw.Elements(c), 0; ; j++ {
-		p, ok := it.NextElem()
-		if !ok {
-			return nil
-		}
-		if err := t.part(p); err != nil {
-			return fieldErr(indexed(indexed(field, i)+".content", j), err.Error())
-		}
-		if t.prefix.full() {
-			return nil
-		}
-	}
+	return 0, fieldErr(indexed(field, i)+".content", "want a string, an array of parts or null")
 }
 
+// partError is an error in a content part or a tool call, which the caller
+// places.
 type partError string
 
 func (e partError) Error() string { return string(e) }
 
-// part counts one content part by its type. Under Chars4 on the chat path
-// only "text" parts count, as in PR #890.
-func (t *tally) part(p []byte) error {
-	if jsonraw.Kind(p) != jsonraw.Object {
-		return partError("want an object")
+// Kinds of content parts.
+const (
+	partUnknown   = iota // type not read yet
+	partText             // "text"
+	partOtherText        // "input_text", "output_text"
+	partRefusal
+	partImage
+	partAudio
+	partOther // video_url, file, input_file, …
+)
+
+// part counts the content part at t.b[v] by its type. Under Chars4 on the
+// chat path only "text" parts count, as in PR #890. Streaming, its type
+// must come before its text.
+func (t *tally) part(v int) (int, error) {
+	if t.kind(v) != jsonraw.Object {
+		return 0, partError("want an object")
 	}
-	typ := jsonraw.Str(jsonraw.Field(p, "type"))
-	if typ == nil {
-		return partError("want a string type")
+	var m members
+	typ := partUnknown
+	end, err := t.object(v, partKeys, &m, func(k, v int) (int, error) {
+		switch {
+		case k == 0:
+			if t.kind(v) != jsonraw.String {
+				return 0, partError("want a string type")
+			}
+			s, end, err := t.str(v)
+			typ = partType(s)
+			return end, err
+		case typ == partUnknown:
+			return 0, errRetry
+		case k == 1 && (typ == partText || typ == partOtherText):
+			if t.kind(v) != jsonraw.String {
+				return 0, partError("want a string text")
+			}
+			if t.method == Default || t.shape != chat || typ == partText {
+				end, err := t.textString(v)
+				t.prefix.separate()
+				return end, err
+			}
+		case k == 2 && typ == partRefusal && t.kind(v) == jsonraw.String && t.method == Default:
+			return t.textString(v)
+		}
+		return t.skip(v)
+	})
+	if err != nil {
+		return 0, err
 	}
+	switch typ {
+	case partImage:
+		t.media(&t.bd.Images, imageTokens(t.b[v:end]))
+	case partAudio:
+		t.media(&t.bd.Audio, audioTokens(t.b[v:end]))
+	case partOther:
+		t.media(&t.bd.OtherMedia, OtherMediaTokens)
+	}
+	return end, nil
+}
+
+// partType returns the kind of a part's raw type string.
+func partType(s []byte) int {
 	switch {
-	case is(typ, "text", "input_text", "output_text"):
-		text := jsonraw.Field(p, "text")
-		if jsonraw.Kind(text) != jsonraw.String {
-			return partError("want a string text")
-		}
-		if t.method == Default || t.shape != chat || is(typ, "text") {
-			t.textString(jsonraw.Str(text))
-			t.prefix.separate()
-		}
-	case is(typ, "refusal"):
-		if r := jsonraw.Field(p, "refusal"); jsonraw.Kind(r) == jsonraw.String && t.method == Default {
-			t.textString(jsonraw.Str(r))
-		}
-	case is(typ, "image_url", "input_image", "image", "image_pil", "image_embeds"):
-		t.media(&t.b.Images, imageTokens(p))
-	case is(typ, "input_audio", "audio_url"):
-		t.media(&t.b.Audio, audioTokens(p))
-	default: // video_url, file, input_file, …
-		t.media(&t.b.OtherMedia, OtherMediaTokens)
+	case is(s, "text"):
+		return partText
+	case is(s, "input_text", "output_text"):
+		return partOtherText
+	case is(s, "refusal"):
+		return partRefusal
+	case is(s, "image_url", "input_image", "image", "image_pil", "image_embeds"):
+		return partImage
+	case is(s, "input_audio", "audio_url"):
+		return partAudio
 	}
-	return nil
+	return partOther
 }
 
 // is reports whether the raw string body s decodes to one of names.
@@ -428,56 +519,65 @@ func (t *tally) media(field *int, n int) {
 	}
 }
 
-// toolDefs counts the tool definitions of an array field: each as the JSON a
-// chat template prints, plus the block around them.
-func (t *tally) toolDefs(top []byte, field string) error {
-	v := jsonraw.Field(top, field)
-	if !present(v) {
-		return nil
+// toolDefs counts the tool definitions of the array field at t.b[v]: each
+// as the JSON a chat template prints, plus the block around them.
+func (t *tally) toolDefs(v int, field string) (int, error) {
+	if !t.present(v) {
+		return t.skip(v)
 	}
-	if jsonraw.Kind(v) != jsonraw.Array {
-		return fieldErr(field, "want an array")
+	if t.kind(v) != jsonraw.Array {
+		return 0, fieldErr(field, "want an array")
 	}
-	n := 0
-	for it := jsonraw.Elements(v); ; n++ {
-		d, ok := it.NextElem()
-		if !ok {
-			break
+	end, n, err := t.array(v, func(j, d int) (int, error) {
+		if t.kind(d) != jsonraw.Object {
+			return 0, fieldErr(indexed(field, j), "want an object")
 		}
-		if jsonraw.Kind(d) != jsonraw.Object {
-			return fieldErr(indexed(field, n), "want an object")
+		end, err := t.skip(d)
+		if err == nil && t.method == Default && !t.prefix.on {
+			renderJSON(&t.tools, t.b[d:end])
 		}
-		if t.method == Default && !t.prefix.on {
-			renderJSON(&t.tools, d)
-		}
-	}
+		return end, err
+	})
 	if n > 0 {
 		t.overhead(toolBlock + n*perTool)
 	}
-	return nil
+	return end, err
 }
 
-// toolCall counts a call's function name and arguments (a JSON string, as
-// OpenAI sends them, or an object).
-func (t *tally) toolCall(name, args []byte) error {
-	kind := jsonraw.Kind(args)
-	switch kind {
-	case jsonraw.String, jsonraw.Object, jsonraw.Invalid, jsonraw.Null:
-	default:
-		return partError("want a string or an object")
+// toolCall reads member k (functionKeys) of a call: its function name or
+// its arguments (a JSON string, as OpenAI sends them, or an object), and
+// counts them.
+func (t *tally) toolCall(k, v int) (int, error) {
+	count := !t.prefix.on && t.method == Default
+	if k == 0 {
+		if count {
+			t.overhead(perToolCall)
+			return t.tools.JSONString(t.b, v), nil
+		}
+		_, end, err := t.str(v)
+		return end, err
 	}
-	if t.prefix.on || t.method != Default {
-		return nil
-	}
-	t.overhead(perToolCall)
-	t.tools.JSONString(jsonraw.Str(name))
-	switch kind {
+	switch t.kind(v) {
+	case jsonraw.Invalid:
+		if v < 0 {
+			return 0, nil
+		}
 	case jsonraw.String:
-		t.tools.JSONString(jsonraw.Str(args))
+		if count {
+			return t.tools.JSONString(t.b, v), nil
+		}
+		_, end, err := t.str(v)
+		return end, err
 	case jsonraw.Object:
-		renderJSON(&t.tools, args)
+		end, err := t.skip(v)
+		if err == nil && count {
+			renderJSON(&t.tools, t.b[v:end])
+		}
+		return end, err
+	case jsonraw.Null:
+		return t.skip(v)
 	}
-	return nil
+	return 0, partError("want a string or an object")
 }
 
 var space = []byte{' '}
@@ -502,59 +602,60 @@ func renderJSON(c *textmodel.Counter, raw []byte) {
 		case '"':
 			inStr = true
 		case ' ', '\t', '\n', '\r':
-			c.Part(raw[start:i], false)
+			c.Part(raw[start:i])
 			start = i + 1
 		case ',', ':':
-			c.Part(raw[start:i+1], false)
-			c.Part(space, false)
+			c.Part(raw[start : i+1])
+			c.Part(space)
 			start = i + 1
 		}
 	}
-	c.Part(raw[min(start, len(raw)):], false)
+	c.Part(raw[min(start, len(raw)):])
 	c.End(len(raw))
 }
 
-func (t *tally) responses(top []byte) error {
-	instr, input := jsonraw.Field(top, "instructions"), jsonraw.Field(top, "input")
-	if !present(instr) && !present(input) {
-		return ErrNoInput
-	}
-	switch jsonraw.Kind(instr) {
-	case jsonraw.Invalid, jsonraw.Null:
-	case jsonraw.String:
-		t.role(systemRole)
-		t.textString(jsonraw.Str(instr))
-		t.prefix.separate()
-	default:
-		return fieldErr("instructions", "want a string")
-	}
-	switch jsonraw.Kind(input) {
-	case jsonraw.Invalid, jsonraw.Null:
-	case jsonraw.String:
-		t.role(userRole)
-		t.textString(jsonraw.Str(input))
-		t.prefix.separate()
-	case jsonraw.Array:
-		for it, i := jsonraw.Elements(input), 0; ; i++ {
-			item, ok := it.NextElem()
-			if !ok {
-				break
+// responses reads member k (responsesKeys) of a Responses body.
+func (t *tally) responses(m *members, k, v int) (int, error) {
+	switch k {
+	case 0: // instructions
+		switch t.kind(v) {
+		case jsonraw.Invalid:
+			if v < 0 {
+				return 0, nil
 			}
-			if err := t.item(item, i); err != nil {
-				return err
-			}
-			if t.prefix.full() {
-				return nil
-			}
+		case jsonraw.Null:
+			return t.skip(v)
+		case jsonraw.String:
+			t.role(systemRole)
+			end, err := t.textString(v)
+			t.prefix.separate()
+			return end, err
 		}
-	default:
-		return fieldErr("input", "want a string or an array of items")
+		return 0, fieldErr("instructions", "want a string")
+	case 1: // input
+		switch t.kind(v) {
+		case jsonraw.Invalid, jsonraw.Null:
+			if !t.present(m.value(0)) {
+				return 0, ErrNoInput
+			}
+			if v < 0 {
+				return 0, nil
+			}
+			if t.kind(v) == jsonraw.Null {
+				return t.skip(v)
+			}
+		case jsonraw.String:
+			t.role(userRole)
+			end, err := t.textString(v)
+			t.prefix.separate()
+			return end, err
+		case jsonraw.Array:
+			end, _, err := t.array(v, t.item)
+			return end, err
+		}
+		return 0, fieldErr("input", "want a string or an array of items")
 	}
-	if err := t.toolDefs(top, "tools"); err != nil {
-		return err
-	}
-	t.overhead(replyPrimer)
-	return nil
+	return t.toolDefs(v, "tools")
 }
 
 var (
@@ -563,44 +664,92 @@ var (
 	toolRole   = []byte("tool")
 )
 
-// item counts one Responses input item by its type.
-func (t *tally) item(it []byte, i int) error {
-	if jsonraw.Kind(it) != jsonraw.Object {
-		return fieldErr(indexed("input", i), "want an object")
+// Kinds of Responses input items.
+const (
+	itemUnknown = iota // type not read yet
+	itemMessage
+	itemCall
+	itemCallOutput
+	itemReasoning
+	itemOther // web search results, item references, …: their JSON
+)
+
+// item counts the Responses input item at t.b[v], element i of "input", by
+// its type. Streaming, an item whose type has not come yet is read as a
+// message, and a type that says otherwise when it comes sends the body to
+// the ordered walk.
+func (t *tally) item(i, v int) (int, error) {
+	if t.kind(v) != jsonraw.Object {
+		return 0, fieldErr(indexed("input", i), "want an object")
 	}
-	typ := jsonraw.Field(it, "type")
-	body := jsonraw.Str(typ)
-	if present(typ) && body == nil {
-		return fieldErr(indexed("input", i)+".type", "want a string")
+	var m members
+	typ := itemUnknown
+	end, err := t.object(v, itemKeys, &m, func(k, v int) (int, error) {
+		if k == 0 {
+			if !t.present(v) {
+				if typ == itemUnknown {
+					typ = itemMessage
+				}
+				return t.skip(v)
+			}
+			if t.kind(v) != jsonraw.String {
+				return 0, fieldErr(indexed("input", i)+".type", "want a string")
+			}
+			s, end, err := t.str(v)
+			kind := itemType(s)
+			if typ == itemMessage && kind != itemMessage {
+				return 0, errRetry
+			}
+			if typ = kind; typ == itemCallOutput {
+				t.role(toolRole)
+			}
+			return end, err
+		}
+		if typ == itemUnknown {
+			typ = itemMessage
+		}
+		switch {
+		case typ == itemMessage && k <= 4:
+			return t.messageMember(k-1, v, "input", i)
+		case typ == itemCall && k == 2:
+			if t.kind(v) != jsonraw.String {
+				return 0, fieldErr(indexed("input", i)+".name", "want a string")
+			}
+			return t.toolCall(0, v)
+		case typ == itemCall && k == 5:
+			end, err := t.toolCall(1, v)
+			if _, ok := err.(partError); ok {
+				return 0, fieldErr(indexed("input", i)+".arguments", err.Error())
+			}
+			return end, err
+		case typ == itemCallOutput && k == 6:
+			if t.kind(v) == jsonraw.String {
+				end, err := t.textString(v)
+				t.prefix.separate()
+				return end, err
+			}
+			return t.content(v, "input", i)
+		}
+		return t.skip(v)
+	})
+	if err == nil && typ == itemOther && t.method == Default && !t.prefix.on {
+		t.overhead(perMessage)
+		renderJSON(&t.text, t.b[v:end])
 	}
+	return end, err
+}
+
+// itemType returns the kind of an item's raw type string.
+func itemType(s []byte) int {
 	switch {
-	case !present(typ) || is(body, "message"):
-		return t.message(it, "input", i)
-	case is(body, "function_call"):
-		name := jsonraw.Field(it, "name")
-		if jsonraw.Kind(name) != jsonraw.String {
-			return fieldErr(indexed("input", i)+".name", "want a string")
-		}
-		if err := t.toolCall(name, jsonraw.Field(it, "arguments")); err != nil {
-			return fieldErr(indexed("input", i)+".arguments", err.Error())
-		}
-	case is(body, "function_call_output"):
-		t.role(toolRole)
-		out := jsonraw.Field(it, "output")
-		if jsonraw.Kind(out) == jsonraw.String {
-			t.textString(jsonraw.Str(out))
-			t.prefix.separate()
-			return nil
-		}
-		return t.content(out, "input", i)
-	case is(body, "reasoning"):
-		// Earlier reasoning is dropped by chat templates.
-	default:
-		// Other items (web search results, item references, …): their JSON.
-		if t.method == Default && !t.prefix.on {
-			t.overhead(perMessage)
-			renderJSON(&t.text, it)
-		}
+	case is(s, "message"):
+		return itemMessage
+	case is(s, "function_call"):
+		return itemCall
+	case is(s, "function_call_output"):
+		return itemCallOutput
+	case is(s, "reasoning"):
+		return itemReasoning
 	}
-	return nil
+	return itemOther
 }

@@ -13,9 +13,11 @@
 // hash of the prompt's beginning.
 //
 // The package is pure Go and allocation-free on the hot path: it imports
-// only the standard library and gjson (to validate bodies), never a
+// only the standard library (gjson serves as a test oracle only), never a
 // proxy-wasm package or a tokenizer vocabulary, and starts no goroutines.
-// Bodies are read in place: nothing is unmarshalled or copied.
+// Bodies are read in place: nothing is unmarshalled or copied, and Estimate
+// validates the JSON while it counts (see its documentation), so the
+// filter needs no separate validation pass.
 package tokenest
 
 import (
@@ -167,25 +169,55 @@ func Supported(path string) bool {
 // Estimate estimates the input tokens of a request body sent to path. It
 // reads the body in place (the caller may reuse it afterwards), allocates
 // nothing for a well-formed body, and never panics.
+//
+// Estimate also validates the body, in the same pass, so that a caller
+// needs no other JSON check:
+//   - nil error: body is exactly one JSON value (RFC 8259 syntax, white
+//     space around it allowed, arrays and objects nested at most 512 deep;
+//     strings are not checked to be valid UTF-8, as with gjson.Valid), its
+//     top level is an object, and that object is a well-formed request of
+//     path's shape (the input field present, every field tokenest reads of
+//     the right type);
+//   - ErrNoInput or a *FieldError: the same JSON guarantee (a single valid
+//     JSON value whose top level is an object), but not a well-formed
+//     request of the shape;
+//   - ErrNotJSON: body is not such a JSON object: malformed, nested too
+//     deep, trailing data, or a top level that is not an object;
+//   - ErrUnsupportedPath or an invalid-method error: nothing was read.
+//
+// Repeated keys are valid JSON; where they matter, Estimate reads the last
+// one, as Python's json (the engines') does, while gjson reads the first.
+// A well-formed body is read once, front to back; a body with a repeated
+// key or an error is then read a second time, in the shape's order, to
+// settle which member wins and which error is reported.
 func Estimate(body []byte, path string, m Method) (Result, error) {
 	if m > Chars4 {
 		return Result{}, fmt.Errorf("tokenest: invalid method %d", uint8(m))
 	}
+	sh, ok := shapeOf(path)
+	if !ok {
+		return Result{}, ErrUnsupportedPath
+	}
 	t := tally{method: m}
-	if err := t.walk(body, path); err != nil {
+	err := t.walk(body, sh)
+	if err != nil && err != ErrNotJSON {
+		t = tally{method: m, ordered: true}
+		err = t.walkOrdered(body, sh)
+	}
+	if err != nil {
 		return Result{}, err
 	}
 	return t.result(), nil
 }
 
-// object validates body and returns its top-level object.
-func object(body []byte) ([]byte, error) {
+// walkOrdered validates body, then walks it in the shape's order (see
+// walk.go).
+func (t *tally) walkOrdered(body []byte, sh shape) error {
 	if !jsonraw.Valid(body) {
-		return nil, ErrNotJSON
+		return ErrNotJSON
 	}
-	top := jsonraw.Value(body)
-	if jsonraw.Kind(top) != jsonraw.Object {
-		return nil, ErrNotJSON
+	if err := t.walk(body, sh); err != errFull {
+		return err
 	}
-	return top, nil
+	return nil
 }

@@ -366,3 +366,27 @@ func TestPrefixKey(t *testing.T) {
 		t.Errorf("bad path: %v", err)
 	}
 }
+
+// TestNoAllocations checks that estimating and hashing well-formed bodies
+// of every shape allocates nothing (the filter runs them on every request).
+func TestNoAllocations(t *testing.T) {
+	for name, body := range requests(t) {
+		path := requestPath(name)
+		for _, m := range []Method{Default, Chars4} {
+			if n := testing.AllocsPerRun(10, func() {
+				if _, err := Estimate(body, path, m); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("%s %v: %.0f allocations", name, m, n)
+			}
+		}
+		if n := testing.AllocsPerRun(10, func() {
+			if _, err := PrefixKey(body, path, 64); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s PrefixKey: %.0f allocations", name, n)
+		}
+	}
+}

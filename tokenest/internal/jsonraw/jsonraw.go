@@ -1,18 +1,23 @@
-// Package jsonraw walks a JSON document that gjson.Valid has accepted,
-// without decoding anything it does not have to. gjson's Get and ForEach
-// unescape every string value they touch into a new allocation, which for a
-// prompt means copying the bulk of the body; this package instead hands out
-// raw sub-slices of the body and lets the caller decode string escapes one
+// Package jsonraw reads JSON bodies in place, without decoding anything it
+// does not have to. gjson's Get and ForEach unescape every string value
+// they touch into a new allocation, which for a prompt means copying the
+// bulk of the body; this package instead works on offsets and raw
+// sub-slices of the body and lets the caller decode string escapes one
 // character at a time.
 //
+// It has two layers. The validating scanners (Skip, SkipString, CountString,
+// SkipNumber, Valid) check RFC 8259 syntax while they move over a value, so a
+// caller that reads a body through them validates it in the same pass. The
+// walkers (Value, Members, Field) assume a value that has already been
+// validated and jump from quote to quote.
+//
 // Every function is total: on input that is not valid JSON it returns
-// something meaningless but never panics or loops.
+// something meaningless (or -1) but never panics or loops. It imports only
+// the standard library.
 package jsonraw
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math/bits"
 	"unicode/utf8"
 )
 
@@ -53,16 +58,18 @@ func Str(v []byte) []byte {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-func skipSpace(s []byte, i int) int {
+// SkipSpace returns the offset of the first byte at or after s[i] that is
+// not JSON white space.
+func SkipSpace(s []byte, i int) int {
 	for i < len(s) && isSpace(s[i]) {
 		i++
 	}
 	return i
 }
 
-// skipString returns the index after the string starting at s[i] == '"'.
-// It jumps from quote to quote (bytes.IndexByte is vectorized) and checks
-// the backslashes before each.
+// skipString returns the index after the (valid) string starting at
+// s[i] == '"'. It jumps from quote to quote (bytes.IndexByte is vectorized)
+// and checks the backslashes before each.
 func skipString(s []byte, i int) int {
 	for i++; i < len(s); i++ {
 		q := bytes.IndexByte(s[i:], '"')
@@ -81,7 +88,7 @@ func skipString(s []byte, i int) int {
 	return len(s)
 }
 
-// skipValue returns the index after the value starting at s[i].
+// skipValue returns the index after the (valid) value starting at s[i].
 func skipValue(s []byte, i int) int {
 	if i >= len(s) {
 		return len(s)
@@ -116,11 +123,11 @@ func skipValue(s []byte, i int) int {
 
 // Value returns the first value in s (leading white space skipped).
 func Value(s []byte) []byte {
-	i := skipSpace(s, 0)
+	i := SkipSpace(s, 0)
 	return s[i:skipValue(s, i)]
 }
 
-// Iter walks the members of an object or the elements of an array.
+// Iter walks the members of an object.
 type Iter struct {
 	s []byte
 	i int
@@ -134,20 +141,12 @@ func Members(v []byte) Iter {
 	return Iter{s: v, i: 1}
 }
 
-// Elements starts a walk over the array v (empty when v is not an array).
-func Elements(v []byte) Iter {
-	if Kind(v) != Array {
-		return Iter{}
-	}
-	return Iter{s: v, i: 1}
-}
-
 // Next returns the next member's raw key body and raw value.
 func (it *Iter) Next() (key, val []byte, ok bool) {
 	s := it.s
-	i := skipSpace(s, it.i)
+	i := SkipSpace(s, it.i)
 	if i < len(s) && s[i] == ',' {
-		i = skipSpace(s, i+1)
+		i = SkipSpace(s, i+1)
 	}
 	if i >= len(s) || s[i] != '"' {
 		it.i = len(s)
@@ -155,41 +154,15 @@ func (it *Iter) Next() (key, val []byte, ok bool) {
 	}
 	end := skipString(s, i)
 	key = s[i+1 : max(end-1, i+1)]
-	i = skipSpace(s, end)
+	i = SkipSpace(s, end)
 	if i >= len(s) || s[i] != ':' {
 		it.i = len(s)
 		return nil, nil, false
 	}
-	i = skipSpace(s, i+1)
+	i = SkipSpace(s, i+1)
 	end = skipValue(s, i)
 	it.i = end
 	return key, s[i:end], end > i
-}
-
-// NextElem returns the next element of an array.
-func (it *Iter) NextElem() (val []byte, ok bool) {
-	s := it.s
-	i := skipSpace(s, it.i)
-	if i < len(s) && s[i] == ',' {
-		i = skipSpace(s, i+1)
-	}
-	if i >= len(s) || s[i] == ']' {
-		it.i = len(s)
-		return nil, false
-	}
-	end := skipValue(s, i)
-	it.i = end
-	return s[i:end], end > i
-}
-
-// Len returns the number of elements of an array.
-func Len(v []byte) int {
-	n := 0
-	for it := Elements(v); ; n++ {
-		if _, ok := it.NextElem(); !ok {
-			return n
-		}
-	}
 }
 
 // Field returns the value of the object member named name, the last one
@@ -221,7 +194,9 @@ func KeyIs(k []byte, name string) bool {
 		var r rune
 		var n int
 		if k[i] == '\\' {
-			r, n = DecodeEscape(k[i:])
+			if r, n = DecodeEscape(k[i:]); n == 0 {
+				return false
+			}
 		} else {
 			r, n = utf8.DecodeRune(k[i:])
 		}
@@ -237,39 +212,29 @@ func KeyIs(k []byte, name string) bool {
 }
 
 // DecodeEscape decodes the JSON escape at the start of s (s[0] == '\\') and
-// returns the character and the escape's length. A surrogate pair is one
-// character; a lone surrogate or a malformed escape is utf8.RuneError.
+// returns the character and the escape's length, 0 when the escape is
+// malformed. A surrogate pair is one character; a lone surrogate (valid
+// JSON) is utf8.RuneError.
 func DecodeEscape(s []byte) (rune, int) {
 	if len(s) < 2 {
-		return utf8.RuneError, len(s)
+		return utf8.RuneError, 0
 	}
-	switch s[1] {
-	case 'n':
-		return '\n', 2
-	case 't':
-		return '\t', 2
-	case 'r':
-		return '\r', 2
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'u':
-		r, ok := hex4(s[2:])
-		if !ok {
-			return utf8.RuneError, 2
-		}
-		if r >= 0xD800 && r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
-			if lo, ok := hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
-				return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), 12
-			}
-		}
-		if r >= 0xD800 && r < 0xE000 {
-			return utf8.RuneError, 6
-		}
-		return r, 6
+	if c := escapes[s[1]]; c != 0 {
+		return rune(c), 2
 	}
-	return rune(s[1]), 2 // \" \\ \/
+	r, ok := hex4(s[2:])
+	if s[1] != 'u' || !ok {
+		return utf8.RuneError, 0
+	}
+	if r >= 0xD800 && r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+		if lo, ok := hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+			return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), 12
+		}
+	}
+	if r >= 0xD800 && r < 0xE000 {
+		return utf8.RuneError, 6
+	}
+	return r, 6
 }
 
 func hex4(s []byte) (rune, bool) {
@@ -290,41 +255,4 @@ func hex4(s []byte) (rune, bool) {
 		}
 	}
 	return r, true
-}
-
-// CodePoints counts the characters of a raw string body after decoding, as
-// Python's len() does: an escape is one character (a surrogate pair too),
-// and so is every byte that is not a UTF-8 continuation byte (which counts
-// valid UTF-8 exactly). Between escapes it counts eight bytes at a time.
-func CodePoints(body []byte) int {
-	n := 0
-	for len(body) > 0 {
-		e := bytes.IndexByte(body, '\\')
-		if e < 0 {
-			return n + leadBytes(body)
-		}
-		n += leadBytes(body[:e]) + 1
-		_, w := DecodeEscape(body[e:])
-		body = body[e+w:]
-	}
-	return n
-}
-
-// leadBytes counts the bytes of b that are not continuation bytes
-// (0b10xxxxxx).
-func leadBytes(b []byte) int {
-	n := len(b)
-	for len(b) >= 8 {
-		x := binary.LittleEndian.Uint64(b)
-		// A continuation byte has bit 7 set and bit 6 clear.
-		cont := x & ^(x << 1) & 0x8080808080808080
-		n -= bits.OnesCount64(cont)
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c&0xC0 == 0x80 {
-			n--
-		}
-	}
-	return n
 }

@@ -1,6 +1,7 @@
 package jsonraw
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -72,12 +73,6 @@ func TestWalk(t *testing.T) {
 	if Field(v, "zz") != nil || Field([]byte(`[1]`), "a") != nil {
 		t.Error("Field of a missing key or a non-object")
 	}
-	if n := Len(Field(v, "a")); n != 2 {
-		t.Errorf("Len = %d", n)
-	}
-	if Len([]byte(`[]`)) != 0 || Len([]byte(`"x"`)) != 0 {
-		t.Error("Len of empty array or non-array")
-	}
 	if string(Str([]byte(`"ab\n"`))) != `ab\n` || Str([]byte(`5`)) != nil {
 		t.Error("Str")
 	}
@@ -89,7 +84,7 @@ func TestKeyIs(t *testing.T) {
 		want      bool
 	}{
 		{"role", "role", true}, {"rol", "role", false}, {`r\u006fle`, "role", true}, {`r\u006fles`, "role", false},
-		{`caf\u00e9`, "café", true}, {`\ud83d\ude00`, "😀", true}, {`a\"b`, `a"b`, true}, {`\u00e`, "x", false}, {"", "", true},
+		{`caf\u00e9`, "café", true}, {`\ud83d\ude00`, "😀", true}, {`a\"b`, `a"b`, true}, {`\u00e`, "x", false}, {"", "", true}, {`r\xle`, "rxle", false},
 	} {
 		if got := KeyIs([]byte(tt.raw), tt.name); got != tt.want {
 			t.Errorf("KeyIs(%q, %q) = %v", tt.raw, tt.name, got)
@@ -97,35 +92,127 @@ func TestKeyIs(t *testing.T) {
 	}
 }
 
-func TestCodePoints(t *testing.T) {
+func TestCountString(t *testing.T) {
 	for _, tt := range []struct {
 		raw  string
-		want int
+		want int // -1: not a valid JSON string
 	}{
-		{"", 0}, {"abc", 3}, {"日本語", 3}, {`\n\t\"`, 3}, {`\u00e9\ud83d\ude00`, 2}, {`\ud83d`, 1}, {"😀😀😀😀😀😀😀😀x", 9},
-		{"\xff\xfe", 2}, {`\`, 1}, {"long ascii text past eight bytes é", 34},
+		{"", 0}, {"abc", 3}, {"日本語", 3}, {`\n\t\"`, 3}, {`\u00e9\ud83d\ude00`, 2}, {`\ud83d`, 1}, {`\ud83d\u0041`, 2},
+		{"😀😀😀😀😀😀😀😀x", 9}, {"\xff\xfe", 2}, {"long ascii text past eight bytes é", 34}, {`eight by\\tes \/ more`, 19},
+		{`\`, -1}, {"tab\tinside", -1}, {`\x41`, -1}, {`\u12`, -1}, {`\u12g4 long enough`, -1}, {"ctl \x01 later in a long string", -1},
 	} {
-		if got := CodePoints([]byte(tt.raw)); got != tt.want {
-			t.Errorf("CodePoints(%q) = %d, want %d", tt.raw, got, tt.want)
+		quoted := []byte(`"` + tt.raw + `"`)
+		end, n := CountString(quoted, 0)
+		if tt.want < 0 {
+			if end != -1 {
+				t.Errorf("CountString(%q) = %d, %d; want -1 (invalid)", quoted, end, n)
+			}
+			continue
+		}
+		if end != len(quoted) || n != tt.want {
+			t.Errorf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted), tt.want)
 		}
 	}
 }
 
-// FuzzCodePoints checks CodePoints against utf8.RuneCount on valid UTF-8
-// without escapes, and that it never panics.
-func FuzzCodePoints(f *testing.F) {
-	for _, s := range []string{"abc", "日本語 text", `a\u00e9\n`, "\xff"} {
+func TestSkipDepth(t *testing.T) {
+	v := []byte(`[[1],{"a":[]}]`) // three levels
+	if got := Skip(v, 0, MaxDepth-3); got != len(v) {
+		t.Errorf("Skip at depth %d = %d, want %d", MaxDepth-3, got, len(v))
+	}
+	if got := Skip(v, 0, MaxDepth-2); got != -1 {
+		t.Errorf("Skip at depth %d = %d, want -1 (too deep)", MaxDepth-2, got)
+	}
+	if got := Skip([]byte(`12, 3`), 0, 0); got != 2 {
+		t.Errorf("Skip of a number = %d, want 2", got)
+	}
+}
+
+// FuzzCountString checks CountString and SkipString against encoding/json
+// (which strings are valid) and utf8.RuneCount (the count, for valid UTF-8:
+// Python's len() of the decoded string).
+func FuzzCountString(f *testing.F) {
+	for _, s := range []string{"abc", "日本語 text", `a\u00e9\n`, "\xff", `\ud83d\ude00 and \ud83d alone`, `\"quoted\" \\`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		n := CodePoints(b)
-		if n < 0 || n > len(b) {
-			t.Fatalf("CodePoints = %d for %d bytes", n, len(b))
+		quoted := append(append([]byte{'"'}, b...), '"')
+		end, n := CountString(quoted, 0)
+		if skip := SkipString(quoted, 0); skip != end {
+			t.Fatalf("SkipString(%q) = %d, CountString %d", quoted, skip, end)
 		}
-		if utf8.Valid(b) && !strings.Contains(string(b), `\`) {
-			if want := utf8.RuneCount(b); n != want {
-				t.Fatalf("CodePoints(%q) = %d, want %d", b, n, want)
+		var s string
+		valid := json.Unmarshal(quoted, &s) == nil
+		if valid != (end == len(quoted)) {
+			t.Fatalf("CountString(%q) ends at %d of %d; encoding/json valid: %v", quoted, end, len(quoted), valid)
+		}
+		if valid && utf8.Valid(b) {
+			if want := utf8.RuneCountInString(s); n != want {
+				t.Fatalf("CountString(%q) = %d characters, want %d", quoted, n, want)
 			}
 		}
 	})
+}
+
+// TestWordMasks checks the eight-byte helpers of CountString on every byte
+// value and every mask of high bits.
+func TestWordMasks(t *testing.T) {
+	for m := range 256 {
+		var x uint64
+		for k := range 8 {
+			if m>>k&1 != 0 {
+				x |= 0x80 << (8 * k)
+			}
+		}
+		if got := bitsOf(x); got != uint64(m) {
+			t.Fatalf("bitsOf(%#x) = %#x, want %#x", x, got, m)
+		}
+	}
+	for c := range 256 {
+		x := ones * uint64(c)
+		if got, want := equal(x, '"') != 0, c == '"'; got != want {
+			t.Errorf("equal(%#x, quote) marks %v", c, got)
+		}
+		if got, want := below(x, 0x20) == highs, c < 0x20; got != want {
+			t.Errorf("below(%#x, 0x20) marks %v", c, got)
+		}
+		// one byte c among others that must not be marked
+		y := (ones*uint64('a'))&^(0xFF<<16) | uint64(c)<<16
+		if got := bitsOf(equal(y, '\\') | below(y, 0x20)); got != 0 && got != 1<<2 {
+			t.Errorf("byte %#x marks other bytes: %08b", c, got)
+		}
+	}
+	// \\ \" x: the first backslash escapes the second, the third escapes the quote.
+	if got := escapeTable[0b0000_0111]; got != 0b0_0000_1010 {
+		t.Errorf("escapeTable[\\\\\\\"] = %09b", got)
+	}
+	if got := escapeTable[1<<7|1<<8]; got != 1|1<<8 {
+		t.Errorf("escaped first byte and a trailing backslash: %09b", got)
+	}
+}
+
+// TestCountStringAlignments puts every kind of escape, and a closing quote,
+// at every offset of the eight-byte words CountString reads, after runs of
+// backslashes of both parities.
+func TestCountStringAlignments(t *testing.T) {
+	pieces := []string{`\\`, `\"`, `\n`, `\/`, `\u00e9`, `\ud83d\ude00`, `\ud83d`, `\\\"`, `\\\\`, "é", "日", `\x`, "\x01", `\u12x4`}
+	for pad := range 17 {
+		for _, p := range pieces {
+			for _, tail := range []string{"", "z", "0123456789abcdef"} {
+				raw := strings.Repeat("a", pad) + p + tail
+				quoted := []byte(`"` + raw + `"`)
+				end, n := CountString(quoted, 0)
+				var s string
+				if err := json.Unmarshal(quoted, &s); err != nil {
+					if end != -1 {
+						t.Errorf("CountString(%q) = %d, want -1 (%v)", quoted, end, err)
+					}
+					continue
+				}
+				if end != len(quoted) || n != utf8.RuneCountInString(s) {
+					t.Errorf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted), utf8.RuneCountInString(s))
+				}
+			}
+		}
+	}
 }

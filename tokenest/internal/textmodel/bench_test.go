@@ -7,27 +7,61 @@ import (
 	"testing"
 )
 
+// sampleText returns the checked-in sample texts of a class, joined.
+func sampleText(b *testing.B, class string) []byte {
+	data, err := os.ReadFile("../../testdata/samples/" + class + ".jsonl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var text []byte
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var s struct{ Text string }
+		if err := json.Unmarshal(line, &s); err != nil {
+			b.Fatal(err)
+		}
+		text = append(text, s.Text...)
+	}
+	return text
+}
+
 // BenchmarkText measures the replay alone on plain text of each class.
 func BenchmarkText(b *testing.B) {
 	for _, class := range []string{"english", "chinese", "code"} {
-		data, err := os.ReadFile("../../testdata/samples/" + class + ".jsonl")
-		if err != nil {
-			b.Fatal(err)
-		}
-		var text []byte
-		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
-			var s struct{ Text string }
-			if err := json.Unmarshal(line, &s); err != nil {
-				b.Fatal(err)
-			}
-			text = append(text, s.Text...)
-		}
+		text := sampleText(b, class)
 		b.Run(class, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()
 			for b.Loop() {
 				var c Counter
 				c.Text(text)
+			}
+		})
+	}
+}
+
+// BenchmarkRunsFloor is the floor of any replay that reads a text piece by
+// piece: it only splits the text into runs of bytes of the same class and
+// counts them by class and length. What Text costs beyond it is the
+// replay's own work (docs/bench/tokenest.md).
+func BenchmarkRunsFloor(b *testing.B) {
+	for _, class := range []string{"english", "chinese", "code"} {
+		text := sampleText(b, class)
+		b.Run(class, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			var runs [8 * 8]uint32
+			for b.Loop() {
+				for i := 0; i < len(text); {
+					cls := plainClass[text[i]]
+					j := i + 1
+					for j < len(text) && plainClass[text[j]] == cls {
+						j++
+					}
+					runs[int(cls)*8+min(j-i, 7)]++
+					i = j
+				}
+			}
+			if runs[int(cLetter)*8+1] == 0 {
+				b.Fatal("no one-letter runs")
 			}
 		})
 	}

@@ -3,19 +3,21 @@
 //
 // It replays cl100k's pre-tokenizer (the regular expression that cuts text
 // into words, numbers, punctuation runs and white space before BPE merges
-// within each piece) as a one-pass state machine, and counts the pieces by
-// kind: Latin words by shape and length, other alphabets by length, CJK and
-// other scripts by character, digit groups, punctuation runs, white-space
-// runs. The estimate is a dot product of those counts with weights fitted
-// against the real tokenizer (see Weights). Pure Go, no allocation, no
-// goroutines: it runs inside the wasm filter.
+// within each piece) in one pass, and counts the pieces by kind: Latin
+// words by shape and length, other alphabets by length, CJK and other
+// scripts by character, digit groups, punctuation runs, white-space runs.
+// The estimate is a dot product of those counts with weights fitted against
+// the real tokenizer (see Weights). The replay is defined character by
+// character (step); a table-driven reader of whole ASCII pieces does the
+// same work faster wherever it can (see scan). A JSON string is read
+// straight from the body, escapes decoded and its syntax validated on the
+// way. Pure Go, no allocation, no goroutines: it runs inside the wasm
+// filter.
 package textmodel
 
 import (
 	"math"
 	"unicode/utf8"
-
-	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 )
 
 // Scanner modes: which alternative of the pre-tokenizer pattern the current
@@ -39,10 +41,12 @@ const (
 )
 
 // Counter accumulates feature counts over one or more texts. The zero value
-// is ready to use; a Counter is a few hundred bytes and lives on the stack.
+// is ready to use; a Counter is under a kilobyte and lives on the stack.
 type Counter struct {
 	feat [NumFeatures]uint32 // counts of the current text
-	sum  float64             // estimated tokens of the finished texts
+	// estimated tokens of the finished texts in units of 1/nano: fixed
+	// point, so that the total does not depend on the order of the texts
+	sum int64
 
 	// function words seen in the current text (see lang.go), and the
 	// Englishness of the last finished text
@@ -53,7 +57,7 @@ type Counter struct {
 
 	// word state: the current script segment of the letter run
 	script   uint8
-	key      uint32 // the segment's last letters, packed 5 bits each
+	key      uint32 // the segment's first letters (see packLetter)
 	segLen   uint32
 	upper    uint32
 	humps    uint32
@@ -83,6 +87,9 @@ type Counter struct {
 	Trace func(feature int, end int)
 }
 
+// nano is the fixed-point scale of Counter.sum.
+const nano = 1e9
+
 // Features returns the counts of the current text so far.
 func (c *Counter) Features() *[NumFeatures]uint32 { return &c.feat }
 
@@ -96,26 +103,32 @@ func (c *Counter) Estimate() int {
 	if c.sum <= 0 {
 		return 0
 	}
-	return int(math.Round(c.sum))
+	return int((c.sum + nano/2) / nano)
 }
 
 // Text scans a plain UTF-8 text as one unit: pieces never cross its ends.
 func (c *Counter) Text(s []byte) {
-	c.scan(s, false)
+	c.scan(s, 0, false)
 	c.End(len(s))
 }
 
-// JSONString scans the body of a JSON string (the bytes between the quotes,
-// escapes undecoded) as one text, decoding escapes on the fly.
-func (c *Counter) JSONString(raw []byte) {
-	c.scan(raw, true)
-	c.End(len(raw))
+// JSONString scans the JSON string that starts at b[i] (b[i] == '"') as one
+// text, decoding escapes on the fly and validating it as it goes. It
+// returns the offset after the closing quote, or -1 when the string is not
+// valid JSON (a raw control character, a malformed escape, no closing
+// quote); the Counter's state is then meaningless.
+func (c *Counter) JSONString(b []byte, i int) int {
+	end := c.scan(b, i+1, true)
+	if end < 0 {
+		return -1
+	}
+	c.End(end)
+	return end + 1
 }
 
-// Part scans part of a text; call End when the text is complete. It lets a
-// caller feed a text from several places without copying (escaped says
-// whether s holds JSON escapes).
-func (c *Counter) Part(s []byte, escaped bool) { c.scan(s, escaped) }
+// Part scans part of a plain text; call End when the text is complete. It
+// lets a caller feed a text from several places without copying.
+func (c *Counter) Part(s []byte) { c.scan(s, 0, false) }
 
 // End closes the current text at input offset pos (used only for Trace)
 // and adds its cost: the dot product of its counts with Weights, the Latin
@@ -134,7 +147,7 @@ func (c *Counter) End(pos int) {
 		}
 		sum += float64(n) * w
 	}
-	c.sum += sum
+	c.sum += int64(math.Round(sum * nano))
 	c.lastEnglish = e
 	c.feat = [NumFeatures]uint32{}
 	c.english, c.other = 0, 0
@@ -164,123 +177,26 @@ func (c *Counter) piece(f int, n uint32, pos int) {
 	}
 }
 
-// scan feeds bytes through the pre-tokenizer replay. Two fast paths cover
-// most of Latin text and code without a call per character: letters that
-// continue a Latin word, and a space that starts one.
-func (c *Counter) scan(s []byte, escaped bool) {
-	for i := 0; i < len(s); {
-		b := s[i]
-		var (
-			r        rune
-			cls      uint8
-			script   uint8
-			upper    bool
-			accented bool
-			size     int
-			ulen     int // UTF-8 length of the decoded character
-		)
-		info := asciiInfo[b]
-		if c.mode == mWord && c.script == sLatin && info&iLetter != 0 {
-			j := i
-			key, up, humps, lastLow := c.key, c.upper, c.humps, c.lastLow
-			for j < len(s) {
-				ch := s[j]
-				f := asciiInfo[ch]
-				if f&iLetter == 0 {
-					break
-				}
-				key = key<<5 | uint32(ch&31)
-				if f&iUpper != 0 {
-					up++
-					if lastLow {
-						humps++
-					}
-					lastLow = false
-				} else {
-					lastLow = true
-				}
-				j++
-			}
-			c.key, c.upper, c.humps, c.lastLow = key, up, humps, lastLow
-			c.segLen += uint32(j - i)
-			i = j
-			continue
-		}
-		switch {
-		case c.mode == mPunct && b < utf8.RuneSelf && asciiClass[b] == cOther && !(escaped && b == '\\'):
-			c.punctLen++ // punctuation continues a punctuation run
-			i++
-			continue
-		case c.mode == mSpace && b == ' ':
-			c.wsLen++ // a space continues a white-space run
-			c.wsLastChar, c.wsLastPos = ' ', i
-			i++
-			continue
-		case c.mode == mWord && b >= 0xE0 && c.script >= sHan && c.script <= sHangul:
-			// CJK characters continuing a run of the same script.
-			r, size := utf8.DecodeRune(s[i:])
-			if cjkScript(r) == c.script {
-				c.segLen++
-				i += size
-				continue
-			}
-		}
-		if b == ' ' && i+1 < len(s) && asciiInfo[s[i+1]]&iLetter != 0 && c.mode != mSpace {
-			// " word": the space is the word's prefix.
-			if c.mode == mWord && c.script == sLatin {
-				c.endLatin(i)
-			} else {
-				c.flush(i)
-			}
-			c.feat[FPrefixSpaceLatin]++
-			next := s[i+1]
-			up := asciiInfo[next] & iUpper
-			c.mode, c.script, c.key, c.segLen = mWord, sLatin, uint32(next&31), 1
-			c.upper, c.humps, c.accents = uint32(up/iUpper), 0, 0
-			c.firstUp, c.lastLow = up != 0, up == 0
-			i += 2
-			continue
-		}
-		if b < utf8.RuneSelf && !(escaped && b == '\\') {
-			r, cls, size, ulen = rune(b), asciiClass[b], 1, 1
-			script = sLatin
-			upper = info&iUpper != 0
-		} else {
-			if b == '\\' {
-				r, size = jsonraw.DecodeEscape(s[i:])
-				ulen = utf8.RuneLen(r)
-			} else {
-				r, size = utf8.DecodeRune(s[i:])
-				ulen = size
-			}
-			if r < utf8.RuneSelf {
-				cls = asciiClass[r]
-				script = sLatin
-				upper = r >= 'A' && r <= 'Z'
-			} else {
-				cls, script, upper, accented = classify(r)
-			}
-		}
-		pos := i
-		i += size
-		c.step(r, cls, script, upper, accented, ulen, pos)
-	}
-}
-
 // step advances the replay by one character of ulen UTF-8 bytes at input
-// offset pos.
-func (c *Counter) step(r rune, cls, script uint8, upper, accented bool, ulen, pos int) {
+// offset pos. It returns false, leaving the character unread and the
+// replay idle, when the character ends the piece in progress and starts the
+// next one afresh; the caller then reads it again, and in idle mode step
+// always reads it.
+func (c *Counter) step(r rune, cls, script uint8, upper, accented bool, ulen, pos int) bool {
 	switch c.mode {
+	case mIdle:
+		c.start(r, cls, script, upper, accented, ulen, pos)
+		return true
 	case mWord:
 		if cls == cLetter {
 			if script != c.script {
 				c.endSegment(-1)
 				c.feat[FScriptSwitches]++
 				c.startSegment(r, script, upper, accented)
-				return
+				return true
 			}
+			c.key |= packLetter(r, c.segLen)
 			c.segLen++
-			c.key = c.key<<5 | uint32(r&31)
 			if upper {
 				c.upper++
 				if c.lastLow {
@@ -293,33 +209,33 @@ func (c *Counter) step(r rune, cls, script uint8, upper, accented bool, ulen, po
 			if accented {
 				c.accents++
 			}
-			return
+			return true
 		}
 		c.endSegment(pos)
 	case mDigits:
 		if cls == cDigit {
 			c.digitLen++
-			return
+			return true
 		}
 		c.endDigits(pos)
 	case mPunct:
 		if cls == cLetter && c.punctLen == 1 && !c.punctSpace {
 			// `[^\r\n\p{L}\p{N}]?\p{L}+`: a single symbol joins the word.
 			c.startWord(r, c.punctFirst, script, upper, accented)
-			return
+			return true
 		}
 		if cls == cOther {
 			c.punctChar(ulen)
-			return
+			return true
 		}
 		if cls == cNewline {
 			c.mode = mPunctNL
-			return
+			return true
 		}
 		c.endPunct(pos)
 	case mPunctNL:
 		if cls == cNewline {
-			return
+			return true
 		}
 		c.endPunct(pos)
 	case mSpace:
@@ -336,7 +252,7 @@ func (c *Counter) step(r rune, cls, script uint8, upper, accented bool, ulen, po
 			if cls == cNewline {
 				c.wsNLPos = pos + 1
 			}
-			return
+			return true
 		}
 		trail := c.wsLen - c.wsNLEnd
 		c.endSpaceRun(pos, false)
@@ -350,17 +266,17 @@ func (c *Counter) step(r rune, cls, script uint8, upper, accented bool, ulen, po
 					k = pSpace
 				}
 				c.startWord(r, k, script, upper, accented)
-				return
+				return true
 			case cls == cOther && last == ' ':
 				c.startPunct(true, ulen)
-				return
+				return true
 			default:
 				c.piece(FLoneSpaces, 1, pos)
 			}
 		}
 	}
 	c.mode = mIdle
-	c.start(r, cls, script, upper, accented, ulen, pos)
+	return false
 }
 
 // start begins a piece at a character in idle mode.
@@ -445,7 +361,7 @@ func pick(cond bool, a, b int) int {
 
 func (c *Counter) startSegment(r rune, script uint8, upper, accented bool) {
 	c.script = script
-	c.key = uint32(r & 31)
+	c.key = packLetter(r, 0)
 	c.segLen = 1
 	c.upper = 0
 	c.humps = 0
@@ -483,35 +399,53 @@ func (c *Counter) endSegment(pos int) {
 
 // endLatin records a Latin segment (see endSegment).
 func (c *Counter) endLatin(pos int) {
-	n := c.segLen
-	var base int
-	switch {
-	case c.upper == 0:
-		base = FLatinLower
-		if n >= 2 && n <= 4 && c.accents == 0 {
-			switch wordLang(c.key) {
-			case langEnglish:
-				c.english++
-			case langOther:
-				c.other++
-			}
+	c.latin(c.segLen, c.upper, c.humps, c.firstUp, c.key, c.accents, pos)
+}
+
+// latin records a Latin segment of n letters: up upper-case, humps
+// lower-to-upper transitions, key its letters packed (see packLetter),
+// accents non-ASCII letters. pos is as endSegment's.
+func (c *Counter) latin(n, up, humps uint32, firstUp bool, key, accents uint32, pos int) {
+	base := latinShape(n, up, firstUp)
+	switch base {
+	case FLatinLower:
+		if accents == 0 {
+			c.countLang(n, key)
 		}
-	case c.upper == 1 && c.firstUp:
-		base = FLatinTitle
-	case c.upper == n:
-		base = FLatinUpper
-	default:
-		base = FLatinMixed
-		c.feat[FLatinHumps] += c.humps
+	case FLatinMixed:
+		c.feat[FLatinHumps] += humps
 	}
 	if n > latinLens {
 		c.feat[FLatinLongChars] += n - latinLens
 		n = latinLens
 	}
-	if c.accents != 0 {
-		c.feat[FLatinAccents] += c.accents
-	}
+	c.feat[FLatinAccents] += accents
 	c.segment(base+int(n)-1, pos)
+}
+
+// latinShape returns the first feature of a Latin word's shape: lower,
+// Title, UPPER or mixed (camelCase), from its length, its upper-case
+// letters and whether the first is one.
+func latinShape(n, up uint32, firstUp bool) int {
+	switch {
+	case up == 0:
+		return FLatinLower
+	case up == 1 && firstUp:
+		return FLatinTitle
+	case up == n:
+		return FLatinUpper
+	}
+	return FLatinMixed
+}
+
+// countLang counts a lower-case word of n ASCII letters, packed in key, if
+// it is a function word of English or of another language (see lang.go).
+func (c *Counter) countLang(n, key uint32) {
+	if n-2 <= 2 {
+		lang := wordLang(key)
+		c.english += lang & langEnglish
+		c.other += lang / langOther
+	}
 }
 
 func (c *Counter) segment(f, pos int) {
@@ -538,14 +472,19 @@ func (c *Counter) endDigits(pos int) {
 }
 
 func (c *Counter) endPunct(pos int) {
-	n := c.punctLen
 	c.feat[FPunctU2] += c.punctUTF8[0]
 	c.feat[FPunctU3] += c.punctUTF8[1]
 	c.feat[FPunctU4] += c.punctUTF8[2]
-	if c.punctSpace {
+	c.punctRun(c.punctLen, c.punctSpace, c.mode == mPunctNL, pos)
+}
+
+// punctRun records a punctuation run of n characters, after its space
+// (space) and followed by newlines (newlines), that ended at offset pos.
+func (c *Counter) punctRun(n uint32, space, newlines bool, pos int) {
+	if space {
 		c.feat[FPunctSpace]++
 	}
-	if c.mode == mPunctNL {
+	if newlines {
 		c.feat[FPunctNewline]++
 	}
 	if n > punctLens {
@@ -560,19 +499,24 @@ func (c *Counter) endPunct(pos int) {
 // character is left for the caller to attach.
 func (c *Counter) endSpaceRun(pos int, atEnd bool) {
 	c.feat[FTabs] += c.wsTabs
-	if c.wsNLEnd > 0 {
-		// `\s*[\r\n]+` up to the last newline.
-		c.feat[FNewlineRunExtra] += c.wsNLEnd - 1
-		c.piece(FNewlineRuns, 1, c.wsNLPos)
-	}
-	trail := int(c.wsLen - c.wsNLEnd)
-	end := pos
-	if !atEnd {
-		trail-- // the last character goes with the next piece
+	spaces, end := c.wsLen-c.wsNLEnd, pos
+	if !atEnd && spaces > 0 {
+		spaces-- // the last character goes with the next piece
 		end = c.wsLastPos
 	}
-	if trail > 0 {
-		c.feat[FSpaceRunExtra] += uint32(trail - 1)
+	c.spaceRun(c.wsNLEnd, c.wsNLPos, spaces, end)
+}
+
+// spaceRun records the pieces of a white-space run: `\s*[\r\n]+` up to its
+// last newline (nlEnd characters, ending at offset nlPos), then a run of
+// spaces characters ending at offset end.
+func (c *Counter) spaceRun(nlEnd uint32, nlPos int, spaces uint32, end int) {
+	if nlEnd > 0 {
+		c.feat[FNewlineRunExtra] += nlEnd - 1
+		c.piece(FNewlineRuns, 1, nlPos)
+	}
+	if spaces > 0 {
+		c.feat[FSpaceRunExtra] += spaces - 1
 		c.piece(FSpaceRuns, 1, end)
 	}
 }

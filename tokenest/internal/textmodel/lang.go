@@ -5,8 +5,9 @@ package textmodel
 // pieces, so Latin words get an English weight and an "other language"
 // weight, mixed per text by the share of English among the short function
 // words the text uses. Only lower-case ASCII words of 2–4 letters are looked
-// up: they are packed into an integer while scanning (5 bits a letter), so
-// the check costs one table probe per short word and nothing else.
+// up: they are packed into an integer while scanning (5 bits a letter, the
+// first letter lowest, see packLetter), so the check costs one table probe
+// per short word and nothing else.
 
 // Function words that mark English, or another Latin-script language
 // (German, French, Spanish, Italian, Portuguese, Dutch). Words common to
@@ -31,46 +32,59 @@ const (
 	langOther   = 2
 )
 
-// langTable is an open-addressed set of packed words with their language.
-var langTable = func() (t [512]uint32) {
-	put := func(words []string, lang uint32) {
+// langTable maps a packed word's slot (see langSlot) to the word and its
+// language, k<<2 | lang: a perfect hash of the listed words, so that a
+// lookup is one load and one comparison (TestLangTable checks that no two
+// words share a slot).
+var langTable = func() (t [1 << langBits]uint32) {
+	for lang, words := range [...][]string{langEnglish: englishWords, langOther: otherWords} {
 		for _, w := range words {
 			k := packWord(w)
-			i := langSlot(k)
-			for t[i] != 0 {
-				i = (i + 1) % uint32(len(t))
-			}
-			t[i] = k<<2 | lang
+			t[langSlot(k)] = k<<2 | uint32(lang)
 		}
 	}
-	put(englishWords, langEnglish)
-	put(otherWords, langOther)
 	return t
 }()
+
+// langBits and langMul make langSlot a perfect hash of the listed words
+// (found by trying multipliers; change them if the lists change and
+// TestLangTable fails).
+const (
+	langBits = 10
+	langMul  = 0x2e1d3661
+)
+
+func langSlot(k uint32) uint32 { return k * langMul >> (32 - langBits) }
 
 func packWord(w string) uint32 {
 	var k uint32
 	for i := 0; i < len(w); i++ {
-		k = k<<5 | uint32(w[i]&31)
+		k |= packLetter(rune(w[i]), uint32(i))
 	}
 	return k
 }
 
-func langSlot(k uint32) uint32 { return (k * 0x9E3779B1) >> 23 }
+// packLetter returns the bits that letter r adds to a word's key as its
+// i-th letter: its low 5 bits (which fold ASCII case) at bit 5i. Letters
+// from the seventh on fall off the top, which is harmless: only words of up
+// to 4 letters are looked up.
+func packLetter(r rune, i uint32) uint32 { return uint32(r&31) << (5 * i) }
+
+// packLetters packs the first letters of x (ASCII, little-endian, one a
+// byte) as packLetter does, up to four.
+func packLetters(x uint64) uint32 {
+	y := uint32(x) & 0x1F1F1F1F
+	y = y&0x001F001F | y&0x1F001F00>>3 // letters 0, 1 at bits 0, 5; 2, 3 at 16, 21
+	return y&0x3FF | y&0x3FF0000>>6
+}
 
 // wordLang returns the language of a packed lower-case word of 2–4 letters,
 // or 0 when it is not a listed function word.
 func wordLang(k uint32) uint32 {
-	k &= 1<<20 - 1
-	for i := langSlot(k); ; i = (i + 1) % uint32(len(langTable)) {
-		e := langTable[i]
-		if e == 0 {
-			return 0
-		}
-		if e>>2 == k {
-			return e & 3
-		}
+	if e := langTable[langSlot(k)]; e>>2 == k {
+		return e & 3
 	}
+	return 0
 }
 
 // englishness is the share of English among the function words seen,

@@ -1,0 +1,66 @@
+// Command estimator is a benchmark plugin: for each request it reads the
+// whole body into the VM and, unless the plugin configuration is "read",
+// estimates its input tokens with tokenest ("default" or "chars4"). Its cost
+// per request minus the "read" variant's is tokenest's cost inside wasm.
+package main
+
+import (
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/abi"
+	"github.com/pdroute/pdroute/tokenest"
+)
+
+func main() {}
+
+func init() { abi.SetVMContext(&vm{}) }
+
+type vm struct{ types.DefaultVMContext }
+
+func (*vm) NewPluginContext(uint32) types.PluginContext { return &root{} }
+
+type root struct {
+	types.DefaultPluginContext
+	estimate bool
+	method   tokenest.Method
+}
+
+func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
+	cfg, err := abi.GetPluginConfiguration()
+	if err != nil {
+		return types.OnPluginStartStatusFailed
+	}
+	if string(cfg) == "read" {
+		return types.OnPluginStartStatusOK
+	}
+	if r.method, err = tokenest.ParseMethod(string(cfg)); err != nil {
+		abi.LogCriticalf("estimator: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	r.estimate = true
+	return types.OnPluginStartStatusOK
+}
+
+func (r *root) NewHttpContext(uint32) types.HttpContext { return &stream{r: r} }
+
+type stream struct {
+	types.DefaultHttpContext
+	r *root
+}
+
+func (s *stream) OnHttpRequestBody(size int, eos bool) types.Action {
+	if !eos {
+		return types.ActionPause
+	}
+	body, err := abi.GetHttpRequestBody(0, size)
+	if err != nil {
+		abi.LogErrorf("estimator: %v", err)
+		return types.ActionContinue
+	}
+	if s.r.estimate {
+		if _, err := tokenest.Estimate(body, "/v1/chat/completions", s.r.method); err != nil {
+			abi.LogErrorf("estimator: %v", err)
+		}
+	}
+	return types.ActionContinue
+}

@@ -1,0 +1,8 @@
+//go:build !wasm
+
+package jsonraw
+
+import "encoding/binary"
+
+// Word returns the eight bytes at b[i:] as a little-endian integer.
+func Word(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i:]) }

@@ -1,0 +1,496 @@
+package textmodel
+
+import (
+	"math/bits"
+	"unicode/utf8"
+
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+)
+
+// scan feeds s[i:] through the pre-tokenizer replay. In a JSON string body
+// (json) it decodes escapes, stops at the closing quote and returns its
+// offset, or -1 at a raw control character, a malformed escape or the end of
+// s; in plain text it reads all of s and returns len(s).
+//
+// Two readers share the work. Whenever the replay is idle (between pieces),
+// fast reads whole pieces of ASCII text. Whatever fast cannot settle goes
+// character by character through step, the replay's definition, until the
+// piece ends; step's runs (letters of one script, spaces, punctuation,
+// digits) are extended by loops over byte-class tables.
+func (c *Counter) scan(s []byte, i int, json bool) int {
+	class := &plainClass
+	if json {
+		class = &jsonClass
+	}
+	for i < len(s) {
+		if c.mode == mIdle {
+			if i = c.fast(s, i, json); i >= len(s) {
+				break
+			}
+		}
+		b := s[i]
+		cb := class[b]
+		switch c.mode {
+		case mWord:
+			if c.script == sLatin {
+				if cb == cLetter {
+					i = c.latinRun(s, i)
+					continue
+				}
+			} else if j := c.sameScriptRun(s, i); j > i {
+				i = j
+				continue
+			}
+		case mSpace:
+			if b == ' ' {
+				j := i + 1
+				for j < len(s) && s[j] == ' ' {
+					j++
+				}
+				c.wsLen += uint32(j - i)
+				c.wsLastChar, c.wsLastPos = ' ', j-1
+				i = j
+				continue
+			}
+		case mPunct:
+			if cb == cOther {
+				j := i + 1
+				for j < len(s) && class[s[j]] == cOther {
+					j++
+				}
+				c.punctLen += uint32(j - i)
+				i = j
+				continue
+			}
+		case mDigits:
+			if cb == cDigit {
+				j := i + 1
+				for j < len(s) && s[j]-'0' < 10 {
+					j++
+				}
+				c.digitLen += uint32(j - i)
+				i = j
+				continue
+			}
+		}
+		var (
+			r          rune
+			size, ulen int
+		)
+		switch cb {
+		case cNonASCII:
+			r, size = decodeRune(s[i:])
+			ulen = size
+		case cEscape:
+			if r, size = jsonraw.DecodeEscape(s[i:]); size == 0 {
+				return -1
+			}
+			ulen = utf8.RuneLen(r)
+		case cQuote:
+			return i
+		case cInvalid:
+			return -1
+		default:
+			r, size, ulen = rune(b), 1, 1
+		}
+		ci := infoOf(r)
+		cls, script, upper, accented := ci.class(), ci.script(), ci.upper(), ci.accented()
+		consumed := c.step(r, cls, script, upper, accented, ulen, i)
+		if !consumed && r >= utf8.RuneSelf {
+			// fast reads no such character: start the next piece with it
+			consumed = c.step(r, cls, script, upper, accented, ulen, i)
+		}
+		if consumed {
+			i += size
+		}
+	}
+	if json {
+		return -1
+	}
+	return i
+}
+
+// sameScriptRun continues a segment of a script other than Latin with the
+// letters of that script at s[i:] and returns the offset after them. Han
+// and Hangul, the bulk of CJK text, take no call.
+func (c *Counter) sameScriptRun(s []byte, i int) int {
+	want := charInfo(cLetter) | charInfo(c.script)<<3
+	n := c.segLen
+	for i < len(s) && s[i] >= utf8.RuneSelf {
+		r, size := decode3(s[i:])
+		var ci charInfo
+		switch {
+		case size == 0:
+			r, size = decodeRune(s[i:])
+			ci = infoOf(r)
+		case r >= 0x4E00 && r <= 0x9FFF:
+			ci = hanInfo
+		case r >= 0xAC00 && r <= 0xD7A3:
+			ci = hangulInfo
+		default:
+			ci = infoOf(r)
+		}
+		if ci&(7|15<<3) != want {
+			break
+		}
+		n++
+		i += size
+	}
+	c.segLen = n
+	return i
+}
+
+// decode3 decodes a valid three-byte UTF-8 sequence at the start of s, or
+// returns size 0.
+func decode3(s []byte) (rune, int) {
+	if len(s) < 3 || s[0]&0xF0 != 0xE0 || s[1]&0xC0 != 0x80 || s[2]&0xC0 != 0x80 {
+		return 0, 0
+	}
+	r := rune(s[0]&0x0F)<<12 | rune(s[1]&0x3F)<<6 | rune(s[2]&0x3F)
+	if r < 0x800 || r >= 0xD800 && r < 0xE000 {
+		return 0, 0 // overlong or a surrogate
+	}
+	return r, 3
+}
+
+// decodeRune is utf8.DecodeRune, with the two- and three-byte sequences
+// that the alphabets and CJK text are made of decoded inline.
+func decodeRune(s []byte) (rune, int) {
+	if r, size := decode3(s); size > 0 {
+		return r, size
+	}
+	if len(s) >= 2 && s[0] >= 0xC2 && s[0] < 0xE0 && s[1]&0xC0 == 0x80 {
+		return rune(s[0]&0x1F)<<6 | rune(s[1]&0x3F), 2
+	}
+	return utf8.DecodeRune(s)
+}
+
+// latinRun continues a Latin segment with the ASCII letters at s[i:] and
+// returns the offset after them.
+func (c *Counter) latinRun(s []byte, i int) int {
+	n, up, humps, key, lastLow := c.segLen, c.upper, c.humps, c.key, uint32(0)
+	if c.lastLow {
+		lastLow = 1
+	}
+	for ; i < len(s); i++ {
+		f := asciiInfo[s[i]]
+		if f&iLetter == 0 {
+			break
+		}
+		u := uint32(f / iUpper)
+		key |= packLetter(rune(s[i]), n)
+		n++
+		up += u
+		humps += u & lastLow
+		lastLow = u ^ 1
+	}
+	c.segLen, c.upper, c.humps, c.key, c.lastLow = n, up, humps, key, lastLow != 0
+	return i
+}
+
+// char returns the ASCII character at s[i], decoding a two-byte escape in a
+// JSON string, and its width; the width is 0 when there is none: a byte ≥
+// 0x80, a \u escape, the end of s, or in JSON a quote or a control
+// character.
+func char(s []byte, i int, json bool) (byte, int) {
+	if i >= len(s) {
+		return 0, 0
+	}
+	b := s[i]
+	switch {
+	case b >= utf8.RuneSelf:
+		return 0, 0
+	case !json:
+		return b, 1
+	case b == '\\':
+		if i+1 < len(s) {
+			if e := jsonraw.Escape(s[i+1]); e != 0 {
+				return e, 2
+			}
+		}
+		return 0, 0
+	case b == '"' || b < 0x20:
+		return 0, 0
+	}
+	return b, 1
+}
+
+// ends reports whether the character at s[i] shows that a word, a digit run
+// or a punctuation run before it has ended: an ASCII character or escape,
+// or the end of a JSON string.
+func ends(s []byte, i int, json bool) bool {
+	if i >= len(s) {
+		return false
+	}
+	switch b := s[i]; {
+	case !json:
+		return b < utf8.RuneSelf
+	case b == '\\':
+		return i+1 < len(s) && jsonraw.Escape(s[i+1]) != 0
+	default:
+		return b < utf8.RuneSelf && b >= 0x20 // a quote ends the text
+	}
+}
+
+// plainEnd reports whether byte b, after a word, shows where it ends
+// without decoding: an ASCII character that is not a backslash, or a quote
+// at the end of a JSON string.
+func plainEnd(b byte, json bool) bool {
+	return b < utf8.RuneSelf && (!json || b >= 0x20 && b != '\\')
+}
+
+// fast reads pieces from s[i:], the replay being idle, as long as each is
+// ASCII text (two-byte escapes included) and followed by a character that
+// settles where it ends: the step-by-step replay's results, without its
+// per-character bookkeeping. It returns the offset where step must take
+// over (the replay still idle): a piece that meets a non-ASCII character
+// or a \u escape (which might continue it), the end of s, or the white
+// space at the end of a JSON string. It records a piece, or a white-space
+// run with the piece its last character joins, only once it has read it
+// all, so that handing over never splits what step would count together.
+func (c *Counter) fast(s []byte, i int, json bool) int {
+	for {
+		if len(s)-i > 8 && s[i] == ' ' {
+			// " word" of up to seven letters followed by a plain ASCII
+			// character, the bulk of prose: no loop, and no call for a
+			// lower-case word (latin's work, inlined).
+			x := jsonraw.Word(s, i+1)
+			if k, uppers, lowers := wordMasks(x); k > 0 && k < 8 && plainEnd(s[i+1+k], json) {
+				e := i + 1 + k
+				c.feat[FPrefixSpaceLatin]++
+				if uppers != 0 {
+					c.latin(uint32(k), uint32(bits.OnesCount64(uppers)), uint32(bits.OnesCount64(uppers&(lowers<<8))),
+						uppers&0x80 != 0, 0, 0, e)
+				} else {
+					c.countLang(uint32(k), packLetters(x)&(1<<(5*k)-1))
+					c.piece(FLatinLower+k-1, 1, e)
+				}
+				i = e
+				continue
+			}
+		}
+		ch, w := char(s, i, json)
+		if w == 0 {
+			return i
+		}
+		next, ok := i, false
+		switch asciiClass[ch] {
+		case cLetter:
+			next, ok = c.word(s, i, pNone, json)
+		case cDigit:
+			e := i + 1
+			for e < len(s) && s[e]-'0' < 10 {
+				e++
+			}
+			if ok = ends(s, e, json); ok {
+				c.piece(FDigitGroups, uint32(e-i+2)/3, e)
+				next = e
+			}
+		case cOther:
+			var p asciiPunct
+			if p, ok = scanPunct(s, i, false, json); ok && p.word {
+				// `[^\r\n\p{L}\p{N}]?\p{L}+`: a lone symbol before letters
+				next, ok = c.word(s, p.end, pPunct, json)
+			} else if ok {
+				c.recordPunct(p, false)
+				next = p.end
+			}
+		default:
+			if ch == ' ' && i+1 < len(s) && asciiInfo[s[i+1]]&iLetter != 0 {
+				next, ok = c.word(s, i+1, pSpace, json) // " word", most of prose
+			} else {
+				next, ok = c.space(s, i, json)
+			}
+		}
+		if !ok {
+			return i
+		}
+		i = next
+	}
+}
+
+// word reads and records the Latin word of ASCII letters at s[j:] (at
+// least one), after a prefix of the given kind. It returns the offset after
+// it, or false when the character after it does not settle where it ends.
+func (c *Counter) word(s []byte, j int, prefix uint8, json bool) (int, bool) {
+	end, n, up, humps, key, firstUp, ok := scanWord(s, j, json)
+	if ok {
+		c.recordWord(end, n, up, humps, key, firstUp, prefix)
+	}
+	return end, ok
+}
+
+// scanWord reads the ASCII letters at s[j:] (at least one) that end at
+// end: n letters, up of them upper-case, humps lower-to-upper transitions,
+// key packed (see packLetter), firstUp whether the first is upper-case. ok
+// is false when the character after them does not settle where the word
+// ends. A word of up to seven letters with eight bytes to read takes no
+// loop: letters and capitals are found eight bytes at a time and counted.
+func scanWord(s []byte, j int, json bool) (end int, n, up, humps, key uint32, firstUp, ok bool) {
+	if len(s)-j >= 8 {
+		x := jsonraw.Word(s, j)
+		if k, uppers, lowers := wordMasks(x); k < 8 {
+			end = j + k
+			return end, uint32(k), uint32(bits.OnesCount64(uppers)), uint32(bits.OnesCount64(uppers & (lowers << 8))),
+				packLetters(x) & (1<<(5*k) - 1), uppers&0x80 != 0, ends(s, end, json)
+		}
+	}
+	var lastLow uint32
+	end = j
+	for ; end < len(s); end++ {
+		f := asciiInfo[s[end]]
+		if f&iLetter == 0 {
+			break
+		}
+		u := uint32(f / iUpper)
+		key |= packLetter(rune(s[end]), n)
+		n++
+		up += u
+		humps += u & lastLow
+		lastLow = u ^ 1
+	}
+	return end, n, up, humps, key, asciiInfo[s[j]]&iUpper != 0, ends(s, end, json)
+}
+
+// recordWord records a word read by scanWord, after its prefix.
+func (c *Counter) recordWord(end int, n, up, humps, key uint32, firstUp bool, prefix uint8) {
+	switch prefix {
+	case pSpace:
+		c.feat[FPrefixSpaceLatin]++
+	case pWS:
+		c.feat[FPrefixWSLatin]++
+	case pPunct:
+		c.feat[FPrefixPunctLatin]++
+	}
+	c.latin(n, up, humps, firstUp, key, 0, end)
+}
+
+const highs = 0x8080808080808080
+
+// wordMasks finds the ASCII letters that x (eight bytes, little-endian)
+// starts with: k of them (8 when all are), and among them the upper-case
+// and the lower-case ones, marked by the high bit of their bytes.
+func wordMasks(x uint64) (k int, uppers, lowers uint64) {
+	const ones = 0x0101010101010101
+	y := (x | ones*0x20) & (ones * 0x7F) // fold case; no carries below
+	letters := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'z'-1)) &^ x & highs
+	stop := ^letters & highs
+	word := stop&-stop - 1 // the bytes before the first non-letter (all when none)
+	y = x & (ones * 0x7F)
+	uppers = (y + ones*(0x80-'A')) &^ (y + ones*(0x80-'Z'-1)) &^ x & word & highs
+	return bits.TrailingZeros64(stop) >> 3, uppers, letters & word &^ uppers
+}
+
+// asciiPunct is a run of ASCII punctuation that ends at end: n characters,
+// then newlines when newlines. word: a lone character (not after a space)
+// that instead prefixes the word starting at end.
+type asciiPunct struct {
+	end            int
+	n              uint32
+	newlines, word bool
+}
+
+// scanPunct reads the punctuation run at s[first:] (at least one
+// character) and its trailing newlines; space says whether a space
+// precedes it. ok is false when the character after it does not settle
+// where it ends.
+func scanPunct(s []byte, first int, space, json bool) (p asciiPunct, ok bool) {
+	j := first
+	ch, w := char(s, j, json)
+	for w > 0 && asciiClass[ch] == cOther {
+		p.n++
+		j += w
+		ch, w = char(s, j, json)
+	}
+	p.end = j
+	switch {
+	case w == 0:
+		return p, ends(s, j, json)
+	case asciiClass[ch] == cLetter && p.n == 1 && !space:
+		p.word = true
+		return p, true
+	case asciiClass[ch] != cNewline:
+		return p, true
+	}
+	for w > 0 && asciiClass[ch] == cNewline {
+		j += w
+		ch, w = char(s, j, json)
+	}
+	p.end, p.newlines = j, true
+	// A newline run ends at anything but a newline; a non-ASCII character
+	// is never one, a \u escape might be, and the end of s might not be
+	// the end of the text.
+	return p, w > 0 || ends(s, j, json) || j < len(s) && s[j] >= utf8.RuneSelf
+}
+
+// recordPunct records a run read by scanPunct.
+func (c *Counter) recordPunct(p asciiPunct, space bool) {
+	c.punctRun(p.n, space, p.newlines, p.end)
+}
+
+// space reads a run of white space at s[i:] and records its pieces with
+// the word or punctuation run its last character joins, if any (see
+// step). It returns the offset after what it read, or false when a
+// character it meets leaves the run's pieces unsettled.
+func (c *Counter) space(s []byte, i int, json bool) (int, bool) {
+	var n, nlEnd, tabs uint32
+	j, last, lastPos, nlPos := i, byte(0), i, i+1
+	ch, w := char(s, j, json)
+	for w > 0 && asciiClass[ch] >= cNewline {
+		n++
+		if asciiClass[ch] == cNewline {
+			nlEnd, nlPos = n, j+1
+		} else if ch == '\t' {
+			tabs++
+		}
+		last, lastPos = ch, j
+		j += w
+		ch, w = char(s, j, json)
+	}
+	if w == 0 {
+		// Non-ASCII white space might continue the run, and at the end of
+		// a JSON string `\s+(?!\S)` takes all of it: step decides.
+		return i, false
+	}
+	trail := n - nlEnd
+	var (
+		p    asciiPunct
+		join uint8 // what the last character joins: a word, a punctuation run, or nothing (pNone)
+		ok   = true
+		// the word it joins (see scanWord)
+		end                int
+		wn, up, humps, key uint32
+		firstUp            bool
+	)
+	switch cls := asciiClass[ch]; {
+	case trail == 0:
+	case cls == cLetter:
+		join = pWS
+		if last == ' ' {
+			join = pSpace
+		}
+		end, wn, up, humps, key, firstUp, ok = scanWord(s, j, json)
+	case cls == cOther && last == ' ':
+		join = pPunct
+		p, ok = scanPunct(s, j, true, json)
+	}
+	if !ok {
+		return i, false
+	}
+	c.feat[FTabs] += tabs
+	if trail == 0 {
+		c.spaceRun(nlEnd, nlPos, 0, 0)
+		return j, true
+	}
+	c.spaceRun(nlEnd, nlPos, trail-1, lastPos)
+	switch join {
+	case pWS, pSpace:
+		c.recordWord(end, wn, up, humps, key, firstUp, join)
+		return end, true
+	case pPunct:
+		c.recordPunct(p, true)
+		return p.end, true
+	}
+	c.piece(FLoneSpaces, 1, j)
+	return j, true
+}

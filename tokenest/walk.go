@@ -1,0 +1,201 @@
+package tokenest
+
+import (
+	"errors"
+
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+)
+
+// How a body is read. Estimate reads it once, front to back, validating
+// every byte as it goes and counting the members it needs where they
+// stand (streaming): one pass over the bytes. Whatever that pass cannot
+// settle alone (an error, whose precedence depends on the order the shape
+// checks fields in, or a repeated key, where the last one wins), the
+// ordered walk settles: it validates the whole body first, then reads each
+// object's members in the shape's order, the last of a repeated key. Both
+// walks run the same member handlers; PrefixKey always takes the ordered
+// one, as it hashes the prompt in order.
+
+// errRetry reports that the streaming walk met something only the ordered
+// walk settles (never returned to callers).
+var errRetry = errors.New("tokenest: read the body in order")
+
+// errFull reports that PrefixKey's budget is spent (never returned to
+// callers).
+var errFull = errors.New("tokenest: prefix budget spent")
+
+// maxKeys bounds the members an object handler reads.
+const maxKeys = 8
+
+// members records where the values of an object's named members are:
+// offset+1, or 0 while none has been seen.
+type members struct{ at [maxKeys]int }
+
+// value returns the offset of member k's value, or -1 (absent, or not read
+// yet while streaming).
+func (m *members) value(k int) int { return m.at[k] - 1 }
+
+// object reads the object at t.b[v] (t.b[v] == '{') and returns the offset
+// after it. visit is called once for each of keys: with the offset of its
+// value (the last one, if the key repeats), or with -1 if it is missing;
+// it reads the value, returning the offset after it, and may look where
+// other members are through m. The members not in keys are validated and
+// skipped.
+//
+// Streaming, visit is called in document order as members come, and for
+// the missing keys at the end; a repeated key stops the walk with errRetry.
+// Ordered, the members are located first and visit is called in the order
+// of keys.
+func (t *tally) object(v int, keys []string, m *members, visit func(k, v int) (int, error)) (int, error) {
+	b := t.b
+	if t.depth >= jsonraw.MaxDepth {
+		return 0, ErrNotJSON
+	}
+	t.depth++
+	i := jsonraw.SkipSpace(b, v+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return 0, ErrNotJSON
+			}
+			end := jsonraw.SkipString(b, i)
+			if end < 0 {
+				return 0, ErrNotJSON
+			}
+			k := keyIndex(b[i+1:end-1], keys)
+			if i = jsonraw.SkipSpace(b, end); i >= len(b) || b[i] != ':' {
+				return 0, ErrNotJSON
+			}
+			if i = jsonraw.SkipSpace(b, i+1); i >= len(b) {
+				return 0, ErrNotJSON
+			}
+			switch {
+			case t.ordered:
+				if k >= 0 {
+					m.at[k] = i + 1
+				}
+				end = i + len(jsonraw.Value(b[i:])) // validated before
+			case k < 0:
+				end = jsonraw.Skip(b, i, t.depth)
+			case m.at[k] != 0:
+				return 0, errRetry
+			default:
+				m.at[k] = i + 1
+				var err error
+				if end, err = visit(k, i); err != nil {
+					return 0, err
+				}
+			}
+			if end < 0 {
+				return 0, ErrNotJSON
+			}
+			if i = jsonraw.SkipSpace(b, end); i < len(b) && b[i] == ',' {
+				i = jsonraw.SkipSpace(b, i+1)
+				continue
+			}
+			if i >= len(b) || b[i] != '}' {
+				return 0, ErrNotJSON
+			}
+			i++
+			break
+		}
+	}
+	for k := range keys {
+		var err error
+		switch {
+		case m.at[k] == 0:
+			_, err = visit(k, -1)
+		case t.ordered:
+			_, err = visit(k, m.at[k]-1)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	t.depth--
+	return i, nil
+}
+
+// keyIndex returns the index in keys of the raw key body k, or -1.
+func keyIndex(k []byte, keys []string) int {
+	for i, name := range keys {
+		if jsonraw.KeyIs(k, name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// array reads the array at t.b[v] (t.b[v] == '['), calling elem with the
+// index and offset of each element; elem reads the element and returns the
+// offset after it. It returns the offset after the array and its length.
+// In PrefixKey, it stops with errFull once the budget is spent.
+func (t *tally) array(v int, elem func(n, e int) (int, error)) (int, int, error) {
+	b := t.b
+	if t.depth >= jsonraw.MaxDepth {
+		return 0, 0, ErrNotJSON
+	}
+	t.depth++
+	i := jsonraw.SkipSpace(b, v+1)
+	if i < len(b) && b[i] == ']' {
+		t.depth--
+		return i + 1, 0, nil
+	}
+	for n := 1; ; n++ {
+		if i >= len(b) {
+			return 0, 0, ErrNotJSON
+		}
+		end, err := elem(n-1, i)
+		if err != nil {
+			return 0, 0, err
+		}
+		if t.prefix.full() {
+			return 0, 0, errFull
+		}
+		if i = jsonraw.SkipSpace(b, end); i < len(b) && b[i] == ',' {
+			i = jsonraw.SkipSpace(b, i+1)
+			continue
+		}
+		if i >= len(b) || b[i] != ']' {
+			return 0, 0, ErrNotJSON
+		}
+		t.depth--
+		return i + 1, n, nil
+	}
+}
+
+// kind returns the kind of the value at t.b[v] (jsonraw.Invalid for v < 0,
+// a missing member, or for bytes that start no JSON value).
+func (t *tally) kind(v int) byte {
+	if v < 0 {
+		return jsonraw.Invalid
+	}
+	return jsonraw.Kind(t.b[v:])
+}
+
+// present reports whether a member is there and not null.
+func (t *tally) present(v int) bool { return v >= 0 && t.b[v] != 'n' }
+
+// skip validates the value at t.b[v] and returns the offset after it.
+func (t *tally) skip(v int) (int, error) {
+	if v < 0 {
+		return 0, nil
+	}
+	end := jsonraw.Skip(t.b, v, t.depth)
+	if end < 0 {
+		return 0, ErrNotJSON
+	}
+	return end, nil
+}
+
+// str validates the string at t.b[v] and returns its raw body (escapes
+// undecoded) and the offset after it.
+func (t *tally) str(v int) ([]byte, int, error) {
+	end := jsonraw.SkipString(t.b, v)
+	if end < 0 {
+		return nil, 0, ErrNotJSON
+	}
+	return t.b[v+1 : end-1], end, nil
+}
