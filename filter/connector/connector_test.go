@@ -372,3 +372,25 @@ func FuzzRequestID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidatedRequest: on any body NewRequest accepts, NewValidatedRequest
+// (the plugin's path once tokenest validated the body) indexes and sanitises
+// identically.
+func FuzzValidatedRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":"hi","kv_transfer_params":{"x":1},"stream":true}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"a"}],"bootstrap_room":5,"n":2}`))
+	f.Add([]byte(` { "a" : [1, {"b": "\u00e9"}] , "a": null } `))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, err := NewRequest(config.APIChat, body)
+		if err != nil {
+			return
+		}
+		got, err := NewValidatedRequest(config.APIChat, body)
+		if err != nil {
+			t.Fatalf("validated body rejected: %v", err)
+		}
+		if got.Removed != want.Removed || string(got.Direct().Apply(body)) != string(want.Direct().Apply(body)) || got.Body.Len() != want.Body.Len() {
+			t.Fatalf("NewValidatedRequest differs from NewRequest on %q", body)
+		}
+	})
+}

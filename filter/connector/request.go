@@ -53,6 +53,21 @@ func NewRequest(api config.API, body []byte) (Request, error) {
 	return Request{API: api, Body: o, Removed: removed}, nil
 }
 
+// NewValidatedRequest is NewRequest for a body the caller has already
+// validated as one JSON object (tokenest.Estimate guarantees that whenever it
+// does not return tokenest.ErrNotJSON): it indexes and sanitises without a
+// second validation pass over a body that may be half a megabyte. The
+// structural errors it still finds (ErrNotObject, ErrTooDeep) are
+// NewRequest's.
+func NewValidatedRequest(api config.API, body []byte) (Request, error) {
+	o, err := scanObject(body)
+	if err != nil {
+		return Request{}, err
+	}
+	o, removed := o.Without(controlFields...)
+	return Request{API: api, Body: o, Removed: removed}, nil
+}
+
 // Direct is the edit that turns the client's body into the one a decoder
 // receives when the request is not disaggregated (below the threshold, or
 // a prefill fallback): the sanitised client body. A zero BodyEdit when

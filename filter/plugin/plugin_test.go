@@ -489,3 +489,18 @@ func TestDebugPathReportsSharedState(t *testing.T) {
 		}
 	})
 }
+
+// TestPrefixedPathIsEstimated: a handled path mounted under a prefix is
+// estimated (and so disaggregated) like its canonical API path.
+func TestPrefixedPathIsEstimated(t *testing.T) {
+	cfg := strings.Replace(nixlConfig, `"threshold_tokens":100,`, `"threshold_tokens":100,"paths":["/openai/v1/completions"],`, 1)
+	run(t, cfg, func(t *testing.T, h filtertest.Harness) {
+		id, a := send(t, h, "/openai/v1/completions", longBody())
+		if a != types.ActionPause || len(h.GetCalloutAttributesFromContext(id)) != 1 {
+			t.Fatalf("long prompt on a prefixed path not disaggregated (action %v)", a)
+		}
+		if p, _ := get(onlyCallout(t, h, id).Headers, ":path"); p != "/openai/v1/completions" {
+			t.Errorf("prefill path %q, want the client's", p)
+		}
+	})
+}

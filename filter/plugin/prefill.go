@@ -214,15 +214,13 @@ func (s *stream) prefillName() string {
 }
 
 // reread reads the paused request's body back from Envoy's buffer: the
-// stream does not keep it in the wasm heap while the prefill runs.
+// stream does not keep it in the wasm heap while the prefill runs. It is the
+// body decideBody validated, so it is only indexed again.
 func (s *stream) reread() (connector.Request, bool) {
 	body, err := abi.GetHttpRequestBody(0, s.bodyLen)
-	if err == nil {
-		var req connector.Request
-		if req, err = connector.NewRequest(s.api, body); err == nil {
-			return req, true
-		}
+	if err != nil {
+		s.fail(apierr.Internal, "re-read request body: "+err.Error())
+		return connector.Request{}, false
 	}
-	s.fail(apierr.Internal, "re-read request body: "+err.Error())
-	return connector.Request{}, false
+	return s.index(body)
 }

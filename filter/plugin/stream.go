@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -159,23 +160,29 @@ func (s *stream) bodyComplete(size int) types.Action {
 	return s.decideBody(body)
 }
 
-// decideBody is the routing decision for a complete handled body.
+// decideBody is the routing decision for a complete handled body. The
+// estimate is also the body's one JSON validation (tokenest.Estimate's
+// guarantee): a 500 KB prompt is scanned once, not twice.
 func (s *stream) decideBody(body []byte) types.Action {
 	cfg := s.cfg()
 	s.bodyLen = len(body)
-	req, err := connector.NewRequest(s.api, body)
-	if err != nil {
-		s.fail(apierr.MalformedJSON, err.Error())
+	s.tokens = -1
+	est, err := tokenest.Estimate(body, s.api.Path(), s.r.method)
+	if errors.Is(err, tokenest.ErrNotJSON) {
+		s.fail(apierr.MalformedJSON, "request body is not a JSON object")
+		return types.ActionPause
+	}
+	if err == nil {
+		s.tokens = est.Tokens
+		s.r.m.tokens.Record(uint64(est.Tokens))
+	}
+	req, ok := s.index(body)
+	if !ok {
 		return types.ActionPause
 	}
 	if req.Removed {
 		s.r.m.sanitized.Increment(1)
 		abi.LogDebugf("pdroute: stream %d: removed client-supplied PD control fields", s.id)
-	}
-	s.tokens = -1
-	if est, err := tokenest.Estimate(body, s.path, s.r.method); err == nil {
-		s.tokens = est.Tokens
-		s.r.m.tokens.Record(uint64(est.Tokens))
 	}
 	s.setRequestID()
 	switch cfg.Decide(s.method, s.path, s.contentType, s.tokens) {
@@ -249,12 +256,23 @@ func (s *stream) pickPrefill(body []byte) bool {
 	return true
 }
 
+// index indexes a body tokenest.Estimate has validated (it returned
+// anything but ErrNotJSON), answering 400 for what is still wrong with it.
+func (s *stream) index(body []byte) (connector.Request, bool) {
+	req, err := connector.NewValidatedRequest(s.api, body)
+	if err != nil {
+		s.fail(apierr.MalformedJSON, err.Error())
+		return connector.Request{}, false
+	}
+	return req, true
+}
+
 // prefixKey is the prompt-prefix hash prefix_affinity needs (0 otherwise).
 func (s *stream) prefixKey(body []byte, p *config.Pool) uint64 {
 	if p.Strategy != config.PrefixAffinity || body == nil {
 		return 0
 	}
-	k, err := tokenest.PrefixKey(body, s.path, p.AffinityPrefixBytes)
+	k, err := tokenest.PrefixKey(body, s.api.Path(), p.AffinityPrefixBytes)
 	if err != nil {
 		return 0
 	}
