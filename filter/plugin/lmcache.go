@@ -302,6 +302,9 @@ type kvWaiter struct {
 	polls   int
 	backoff time.Duration
 	retryAt time.Time
+	// ledger records this VM's flags so other VMs can collect them if it
+	// dies, and collects those of VMs that died (kvgc.go).
+	ledger *kvLedger
 }
 
 type kvEntry struct {
@@ -313,7 +316,7 @@ type kvEntry struct {
 }
 
 func newKVWaiter(r *rootContext) *kvWaiter {
-	return &kvWaiter{r: r, entries: map[string]*kvEntry{}}
+	return &kvWaiter{r: r, entries: map[string]*kvEntry{}, ledger: newKVLedger(r.store, r.instance)}
 }
 
 // add starts waiting for s's KV (s is the effective context).
@@ -334,6 +337,7 @@ func (w *kvWaiter) remove(s *stream) {
 	if err := overwrite(w.r.store, kvFlagPrefix+s.lm.kvID, nil); err != nil {
 		abi.LogDebugf("pdroute: clear KV flag %s: %v", s.lm.kvID, err)
 	}
+	w.ledger.cleared(s.lm.kvID)
 }
 
 // ready reports whether s's flag says the KV is complete.
@@ -429,6 +433,7 @@ func (w *kvWaiter) onPoll(ids []string, a callAnswer) {
 		if err := overwrite(w.r.store, kvFlagPrefix+id, flag[:]); err != nil {
 			abi.LogWarnf("pdroute: write KV flag %s: %v", id, err)
 		}
+		w.ledger.wrote(id)
 		if w.ready(e.s) {
 			e.complete = true
 			w.r.asStream(e.s, e.s.onKVReady)
@@ -448,6 +453,10 @@ func (w *kvWaiter) fail(now time.Time, why string) {
 // tick applies on_kv_timeout to streams whose KV is late and resumes
 // polling after a back-off (root as effective context).
 func (w *kvWaiter) tick(now time.Time) {
+	if n := w.ledger.tick(now); n > 0 {
+		w.r.m.kvCollected.Increment(uint64(n))
+		abi.LogInfof("pdroute: collected %d KV-ready flags left by a VM that stopped", n)
+	}
 	for _, e := range w.entries {
 		if s := e.s; s.lm.answered && !s.lm.decoding && now.After(s.lm.deadline) {
 			w.r.asStream(s, s.onKVTimeout)
