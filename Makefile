@@ -44,8 +44,8 @@ race: ## the native concurrent code under the race detector
 fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 	@./.ci/fuzz-all $(FUZZTIME)
 
-bench: build ## benchmarks; figures are recorded in BENCHMARKS.md
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
+bench: build ## every benchmark area (~15 min; output in build/bench/); figures go to BENCHMARKS.md
+	./.ci/bench $(BENCH_AREAS)
 
 demo: build ## start the stack on loopback, send three requests, print what happened
 	$(BUILD)/pdroute-dev -demo
