@@ -10,23 +10,37 @@ import (
 	"github.com/pdroute/pdroute/e2e/wasmbuild"
 )
 
-// chatBody is a chat request of about tokens cl100k tokens of the given text
-// class (English prose ≈ 4.3 chars/token, Chinese ≈ 1.2, code ≈ 3.2).
-func chatBody(class string, tokens int) []byte {
-	var unit string
-	var charsPerToken float64
-	switch class {
-	case "english":
-		unit, charsPerToken = "The quick brown fox jumps over the lazy dog while the band plays on. ", 4.3
-	case "chinese":
-		unit, charsPerToken = "敏捷的棕色狐狸跳过了懒狗，乐队继续演奏。", 1.2
-	default:
-		unit, charsPerToken = "func add(a, b int) int {\n\treturn a + b // sum\n}\n", 3.2
+// chatBody is a chat request whose one user message holds about tokens
+// cl100k tokens of a class's checked-in sample texts (tokenest's accuracy
+// samples), repeated: real prose, code and Chinese rather than one sentence
+// over and over, which would let branchy scanners predict every branch.
+func chatBody(tb testing.TB, class string, tokens int) []byte {
+	tb.Helper()
+	data, err := os.ReadFile("../../tokenest/testdata/samples/" + class + ".jsonl")
+	if err != nil {
+		tb.Fatal(err)
 	}
-	chars := int(float64(tokens) * charsPerToken)
-	text := strings.Repeat(unit, chars/len([]rune(unit))+1)
-	text = string([]rune(text)[:chars])
-	b, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": text}}})
+	var text strings.Builder
+	for n := 0; n < tokens; {
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var s struct {
+				Text   string `json:"text"`
+				Cl100k int    `json:"cl100k"`
+			}
+			if err := json.Unmarshal([]byte(line), &s); err != nil {
+				tb.Fatal(err)
+			}
+			text.WriteString(s.Text)
+			text.WriteString("\n\n")
+			if n += s.Cl100k; n >= tokens {
+				break
+			}
+		}
+	}
+	b, err := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": text.String()}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return b
 }
 
@@ -52,7 +66,7 @@ func BenchmarkTokenestInWasm(b *testing.B) {
 				name   string
 				tokens int
 			}{{"1k", 1 << 10}, {"8k", 8 << 10}, {"32k", 32 << 10}, {"128k", 128 << 10}} {
-				body := chatBody(class, size.tokens)
+				body := chatBody(b, class, size.tokens)
 				b.Run(method+"/"+class+"/"+size.name, func(b *testing.B) {
 					b.SetBytes(int64(len(body)))
 					for range b.N {

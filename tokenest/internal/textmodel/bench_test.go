@@ -39,6 +39,25 @@ func BenchmarkText(b *testing.B) {
 	}
 }
 
+// BenchmarkTextOtherScripts measures the replay on the other sample
+// classes: scripts the block reader models too (kana, Hangul, German's
+// ASCII), and scripts it leaves to fast and step (Cyrillic, Greek, Arabic,
+// Hebrew, Thai, Devanagari), which pay only for the checks that send them
+// there (docs/bench/tokenest.md).
+func BenchmarkTextOtherScripts(b *testing.B) {
+	for _, class := range []string{"japanese", "korean", "german", "json", "russian", "greek", "arabic", "hebrew", "thai", "hindi"} {
+		text := sampleText(b, class)
+		b.Run(class, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var c Counter
+				c.Text(text)
+			}
+		})
+	}
+}
+
 // BenchmarkRunsFloor is the floor of any replay that reads a text piece by
 // piece: it only splits the text into runs of bytes of the same class and
 // counts them by class and length. What Text costs beyond it is the

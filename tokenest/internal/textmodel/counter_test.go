@@ -3,6 +3,8 @@ package textmodel
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -274,4 +276,251 @@ func equalTraces(a, b []traced) bool {
 		}
 	}
 	return true
+}
+
+// blocksMatchStep checks that scan without a Trace (the block reader, fast
+// and step) counts exactly the features and function words that step alone
+// does, on b as plain text and as a JSON string body, and that both end the
+// JSON string at the same offset.
+func blocksMatchStep(t *testing.T, b []byte) {
+	t.Helper()
+	quoted := append(append([]byte{'"'}, b...), '"')
+	for _, json := range []bool{false, true} {
+		in, start := b, 0
+		if json {
+			in, start = quoted, 1
+		}
+		var got, want Counter
+		end := got.scan(in, start, json)
+		wantEnd := stepOnly(&want, in, start, json)
+		if end != wantEnd {
+			t.Fatalf("json=%v %q: scan ends at %d, step alone at %d", json, in, end, wantEnd)
+		}
+		if end < 0 {
+			continue
+		}
+		got.flush(end)
+		want.flush(end)
+		if !json {
+			// The same text fed in three parts at character starts, as
+			// renderJSON does: pieces and blocks' open runs go on across
+			// parts.
+			third, half := len(b)/3, len(b)/2
+			for third < len(b) && !utf8.RuneStart(b[third]) {
+				third++
+			}
+			for half < third || half < len(b) && !utf8.RuneStart(b[half]) {
+				half++
+			}
+			var parts Counter
+			for _, part := range [][]byte{b[:third], b[third:half], b[half:]} {
+				parts.Part(part)
+			}
+			parts.flush(len(b))
+			if parts.feat != want.feat || parts.english != want.english || parts.other != want.other {
+				t.Fatalf("%q in three parts: features %v, step %v", b, parts.feat, want.feat)
+			}
+		}
+		if got.feat != want.feat || got.english != want.english || got.other != want.other {
+			var diff []string
+			for f := range got.feat {
+				if got.feat[f] != want.feat[f] {
+					diff = append(diff, fmt.Sprintf("%s: %d, step %d", FeatureName(f), got.feat[f], want.feat[f]))
+				}
+			}
+			t.Fatalf("json=%v %q:\n%s\nfunction words %d/%d, step %d/%d", json, in, strings.Join(diff, "\n"),
+				got.english, got.other, want.english, want.other)
+		}
+	}
+}
+
+// blockSeeds are texts that exercise the block reader's rules: prefixes,
+// punctuation runs of every length, white-space runs with and without
+// newlines, digit groups, escapes, and non-ASCII text at block edges.
+var blockSeeds = []string{
+	"The quick brown fox jumps over the lazy dog, and the cat sat on the mat with all of them.\n\n",
+	"func (c *Counter) block(cl *classes) {\n\tif x := a[i]; x > 0 {\n\t\treturn \"quoted\\\\n\" // ok\n\t}\n}\n",
+	"der Hund und die Katze sind mit dem Ball auf der Wiese; le chat et la souris, el perro y los gatos.",
+	"  (self  \r\n  end.  \t\tword\v\fx \n \n  y;\n\n  z ...... ,,,,,,,,,,,,,abc 1234567 12 1 x1y22z333 ",
+	"camelCaseWord XMLHttpRequest iPhone ABC a B cD EfG HIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!",
+	"Linux系统，好。The 日本語 text — «quoted» café naïve Ünïcödé and \u00a0nbsp\u3000ideographic space",
+	"这条命令开始一个新的事务。如果声明了隔离级别或者读写模式， 那么新事务就使用这个特性（SET TRANSACTION）。",
+	"日本語のテキスト、カタカナ・ひらがな、ー「引用」です。한국어 텍스트입니다. 混合Mixed文本123と１２３",
+	strings.Repeat("漢字", 30) + "，" + strings.Repeat("カタカナ", 20) + strings.Repeat("한국어", 25) + "abc" + strings.Repeat("中", 50) + "x",
+
+	"a-b_c.d/e:f;g<h>i?j@k[l]m^n`o{p|q}r~s!t\"u#v$w%x&y'z(0)1*2+3,4-5.6/7 8\t9\n0\r",
+}
+
+func FuzzBlocksMatchStep(f *testing.F) {
+	for _, s := range blockSeeds {
+		f.Add([]byte(s))
+		f.Add([]byte(strings.Repeat(s, 3)))
+	}
+	f.Fuzz(blocksMatchStep)
+}
+
+// TestBlocksMatchStep runs blocksMatchStep on every checked-in sample, on
+// the seeds, and on random texts drawn from the characters the rules turn
+// on, at every offset of a block.
+func TestBlocksMatchStep(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/samples/*.jsonl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples: %v", err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+			var s struct{ Text string }
+			if err := json.Unmarshal(line, &s); err != nil {
+				t.Fatal(err)
+			}
+			blocksMatchStep(t, []byte(s.Text))
+			escaped, _ := json.Marshal(s.Text)
+			blocksMatchStep(t, escaped[1:len(escaped)-1])
+		}
+	}
+	for _, s := range blockSeeds {
+		for shift := range 64 {
+			blocksMatchStep(t, []byte(strings.Repeat("x", shift)+s+s+s))
+		}
+	}
+	const alphabet = "aaaaeeetttAAZz0001999    \t\t\n\n\r\v\f\b..,,;(\"'\\/-_" +
+		"中中中文字㐀䷀々〇のノーー・한국，，。。「」、（）！\u3000\u3000—“…\u2028é\u00a0Жд😀"
+	var tokens []string
+	for _, r := range alphabet {
+		tokens = append(tokens, string(r))
+	}
+	tokens = append(tokens, "\xe4\xb8", "\xff", "\x80", "\xed\xa0\x80", "\xe0\x80\x80") // broken UTF-8
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var plain, escaped strings.Builder
+		for range rng.IntN(300) {
+			tok := tokens[rng.IntN(len(tokens))]
+			plain.WriteString(tok)
+			if r, size := utf8.DecodeRuneInString(tok); size == len(tok) && r != utf8.RuneError {
+				escaped.WriteString(jsonEscape(r, rng.IntN(3)))
+			} else {
+				escaped.WriteString(tok)
+			}
+		}
+		blocksMatchStep(t, []byte(plain.String()))
+		blocksMatchStep(t, []byte(escaped.String()))
+	}
+}
+
+// jsonEscape writes r in a JSON string in one of the forms JSON allows:
+// form 0 is the shortest, 1 a two-byte escape where there is one, 2 a \u
+// escape for any ASCII character.
+func jsonEscape(r rune, form int) string {
+	short := map[rune]string{'"': `\"`, '\\': `\\`, '\n': `\n`, '\r': `\r`, '\t': `\t`, '\b': `\b`, '\f': `\f`, '/': `\/`}
+	switch {
+	case form == 2 && r < utf8.RuneSelf:
+		return fmt.Sprintf(`\u%04x`, r)
+	case short[r] != "" && (form == 1 || r < 0x20 || r == '"' || r == '\\'):
+		return short[r]
+	case r < 0x20:
+		return fmt.Sprintf(`\u%04X`, r)
+	}
+	return string(r)
+}
+
+// TestEscapedBytes checks escapedBytes against a byte-by-byte reading of
+// every arrangement of backslashes in 16 bits, at the start, middle and
+// end of a window.
+func TestEscapedBytes(t *testing.T) {
+	for pattern := range uint64(1 << 16) {
+		for _, shift := range []int{0, 1, 23, 48} {
+			bs := pattern << shift
+			var want uint64
+			escaping := false
+			for k := range 64 {
+				switch {
+				case escaping:
+					want |= 1 << k
+					escaping = false
+				case bs>>k&1 != 0:
+					escaping = true
+				}
+			}
+			if got, carry := escapedBytes(bs); got != want || carry != escaping {
+				t.Fatalf("escapedBytes(%#x) = %#x, %v; want %#x, %v", bs, got, carry, want, escaping)
+			}
+		}
+	}
+}
+
+// TestKinds checks that the block reader classifies every three-byte
+// character it models (see multibyte) as classify does: Han found from the
+// bit planes, the others by kind3.
+func TestKinds(t *testing.T) {
+	want := map[uint8]func(cls, script uint8) bool{
+		kindPunct:  func(cls, _ uint8) bool { return cls == cOther },
+		kindSpace:  func(cls, _ uint8) bool { return cls == cSpace },
+		kindHan:    func(cls, script uint8) bool { return cls == cLetter && script == sHan },
+		kindKana:   func(cls, script uint8) bool { return cls == cLetter && script == sKana },
+		kindHangul: func(cls, script uint8) bool { return cls == cLetter && script == sHangul },
+	}
+	window := make([]byte, windowLen)
+	modelledHan := 0
+	for r := rune(0x800); r <= 0xFFFF; r++ {
+		if r >= 0xD800 && r < 0xE000 {
+			continue
+		}
+		copy(window, strings.Repeat(" ", windowLen))
+		utf8.EncodeRune(window, r)
+		var cl classes
+		n := cl.classify(window, windowLen, false)
+		cls, script, _, _ := classify(r)
+		var kind uint8
+		switch {
+		case n == 0: // not modelled: the block ends before it
+		case cl.han&1 != 0:
+			kind = kindHan
+			if r >= 0x3400 && r <= 0x9FFF {
+				modelledHan++
+			}
+		case cl.kana&1 != 0:
+			kind = kindKana
+		case cl.hangul&1 != 0:
+			kind = kindHangul
+		case cl.uni&1 != 0:
+			kind = kindPunct
+		case cl.blank&1 != 0:
+			kind = kindSpace
+		default:
+			t.Fatalf("%U: readable (n=%d) but of no class", r, n)
+		}
+		if kind != kindNone && (!want[kind](cls, script) || cl.cont&6 != 6 || n != 64) {
+			t.Fatalf("%U: block kind %d, classify says class %d script %d (cont %b, n %d)", r, kind, cls, script, cl.cont&7, n)
+		}
+		if k := kind3(int(r)); kind == kindNone && k != kindNone && !(r >= 0x3400 && r <= 0x9FFF) {
+			t.Fatalf("%U: kind3 %d but the block does not read it", r, k)
+		}
+	}
+	if modelledHan != 0x9FFF-0x3400+1-0x40 {
+		t.Errorf("%d Han characters read from the bit planes, want all of U+3400–U+9FFF but U+4DC0–U+4DFF", modelledHan)
+	}
+}
+
+// TestPlanes checks the bit-plane transposition on random windows: bit k
+// of plane j is bit j of byte k.
+func TestPlanes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := make([]byte, windowLen)
+	for range 1000 {
+		for k := range b {
+			b[k] = byte(rng.Uint32())
+		}
+		b0, b1, b2, b3, b4, b5, b6, b7 := planes(b)
+		for j, plane := range [8]uint64{b0, b1, b2, b3, b4, b5, b6, b7} {
+			for k := range 64 {
+				if got, want := plane>>k&1, uint64(b[k]>>j&1); got != want {
+					t.Fatalf("% x: plane %d bit %d = %d, byte %d bit %d = %d", b[:64], j, k, got, k, j, want)
+				}
+			}
+		}
+	}
 }

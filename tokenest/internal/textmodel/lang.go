@@ -5,9 +5,10 @@ package textmodel
 // pieces, so Latin words get an English weight and an "other language"
 // weight, mixed per text by the share of English among the short function
 // words the text uses. Only lower-case ASCII words of 2–4 letters are looked
-// up: they are packed into an integer while scanning (5 bits a letter, the
-// first letter lowest, see packLetter), so the check costs one table probe
-// per short word and nothing else.
+// up: they are packed into an integer while scanning (the low five bits of
+// each letter in a byte of their own, the first letter lowest, see
+// packLetter), so the check costs one table probe per short word and
+// nothing else, and the block reader packs a word with one AND.
 
 // Function words that mark English, or another Latin-script language
 // (German, French, Spanish, Italian, Portuguese, Dutch). Words common to
@@ -51,7 +52,7 @@ var langTable = func() (t [1 << langBits]uint32) {
 // TestLangTable fails).
 const (
 	langBits = 10
-	langMul  = 0x2e1d3661
+	langMul  = 0xea9d31bb
 )
 
 func langSlot(k uint32) uint32 { return k * langMul >> (32 - langBits) }
@@ -65,18 +66,17 @@ func packWord(w string) uint32 {
 }
 
 // packLetter returns the bits that letter r adds to a word's key as its
-// i-th letter: its low 5 bits (which fold ASCII case) at bit 5i. Letters
-// from the seventh on fall off the top, which is harmless: only words of up
+// i-th letter: its low 5 bits (which fold ASCII case) in byte i. Letters
+// from the fifth on fall off the top, which is harmless: only words of up
 // to 4 letters are looked up.
-func packLetter(r rune, i uint32) uint32 { return uint32(r&31) << (5 * i) }
+func packLetter(r rune, i uint32) uint32 { return uint32(r&31) << (8 * i) }
 
 // packLetters packs the first letters of x (ASCII, little-endian, one a
 // byte) as packLetter does, up to four.
-func packLetters(x uint64) uint32 {
-	y := uint32(x) & 0x1F1F1F1F
-	y = y&0x001F001F | y&0x1F001F00>>3 // letters 0, 1 at bits 0, 5; 2, 3 at 16, 21
-	return y&0x3FF | y&0x3FF0000>>6
-}
+func packLetters(x uint64) uint32 { return uint32(x) & 0x1F1F1F1F }
+
+// keyMask keeps the first n ≤ 4 letters of a packed key.
+var keyMask = [8]uint32{1: 1<<8 - 1, 2: 1<<16 - 1, 3: 1<<24 - 1, 4: 1<<32 - 1}
 
 // wordLang returns the language of a packed lower-case word of 2–4 letters,
 // or 0 when it is not a listed function word.

@@ -12,20 +12,42 @@ import (
 // offset, or -1 at a raw control character, a malformed escape or the end of
 // s; in plain text it reads all of s and returns len(s).
 //
-// Two readers share the work. Whenever the replay is idle (between pieces),
-// fast reads whole pieces of ASCII text. Whatever fast cannot settle goes
-// character by character through step, the replay's definition, until the
-// piece ends; step's runs (letters of one script, spaces, punctuation,
-// digits) are extended by loops over byte-class tables.
+// Three readers share the work. Whenever the replay is idle (between
+// pieces), blocks reads 64 bytes at a time through bitmaps of character
+// classes (see block.go), as far as their characters are modelled there
+// (ASCII, escapes, and the three-byte characters of CJK text); then fast
+// reads whole pieces of ASCII text, for at most fastSpan bytes before
+// blocks try again. Whatever neither can settle goes character by
+// character through step, the replay's definition, until the piece ends;
+// step's runs (letters of one script, spaces, punctuation, digits) are
+// extended by loops over byte-class tables. With a Trace, which reports
+// pieces one by one, blocks are not used.
 func (c *Counter) scan(s []byte, i int, json bool) int {
 	class := &plainClass
 	if json {
 		class = &jsonClass
 	}
+	retry := i // where blocks may read again
+	if c.Trace != nil {
+		retry = len(s) // Trace reports pieces one by one: no blocks
+	}
 	for i < len(s) {
 		if c.mode == mIdle {
-			if i = c.fast(s, i, json); i >= len(s) {
+			limit := len(s)
+			if i >= retry {
+				if len(s)-i < minBlock || !modelled(jsonraw.Word(s, i)) {
+					retry = i + unmodelledSpan // text in a script blocks do not read
+				} else if i, retry = c.blocks(s, i, json); c.mode != mIdle {
+					continue // a run of a per-character script goes on
+				} else {
+					limit = i + fastSpan
+				}
+			}
+			if i = c.fast(s, i, json, limit); i >= len(s) {
 				break
+			}
+			if i >= limit {
+				continue // the blocks may take over again
 			}
 		}
 		b := s[i]
@@ -245,11 +267,12 @@ func plainEnd(b byte, json bool) bool {
 // per-character bookkeeping. It returns the offset where step must take
 // over (the replay still idle): a piece that meets a non-ASCII character
 // or a \u escape (which might continue it), the end of s, or the white
-// space at the end of a JSON string. It records a piece, or a white-space
-// run with the piece its last character joins, only once it has read it
-// all, so that handing over never splits what step would count together.
-func (c *Counter) fast(s []byte, i int, json bool) int {
-	for {
+// space at the end of a JSON string; or the first piece boundary at or
+// after limit. It records a piece, or a white-space run with the piece its
+// last character joins, only once it has read it all, so that handing over
+// never splits what step would count together.
+func (c *Counter) fast(s []byte, i int, json bool, limit int) int {
+	for i < limit {
 		if len(s)-i > 8 && s[i] == ' ' {
 			// " word" of up to seven letters followed by a plain ASCII
 			// character, the bulk of prose: no loop, and no call for a
@@ -262,7 +285,7 @@ func (c *Counter) fast(s []byte, i int, json bool) int {
 					c.latin(uint32(k), uint32(bits.OnesCount64(uppers)), uint32(bits.OnesCount64(uppers&(lowers<<8))),
 						uppers&0x80 != 0, 0, 0, e)
 				} else {
-					c.countLang(uint32(k), packLetters(x)&(1<<(5*k)-1))
+					c.countLang(uint32(k), packLetters(x)&keyMask[k&7])
 					c.piece(FLatinLower+k-1, 1, e)
 				}
 				i = e
@@ -307,6 +330,7 @@ func (c *Counter) fast(s []byte, i int, json bool) int {
 		}
 		i = next
 	}
+	return i
 }
 
 // word reads and records the Latin word of ASCII letters at s[j:] (at
@@ -332,7 +356,7 @@ func scanWord(s []byte, j int, json bool) (end int, n, up, humps, key uint32, fi
 		if k, uppers, lowers := wordMasks(x); k < 8 {
 			end = j + k
 			return end, uint32(k), uint32(bits.OnesCount64(uppers)), uint32(bits.OnesCount64(uppers & (lowers << 8))),
-				packLetters(x) & (1<<(5*k) - 1), uppers&0x80 != 0, ends(s, end, json)
+				packLetters(x) & keyMask[k&7], uppers&0x80 != 0, ends(s, end, json)
 		}
 	}
 	var lastLow uint32

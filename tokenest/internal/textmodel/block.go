@@ -1,0 +1,665 @@
+package textmodel
+
+import (
+	"math/bits"
+
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+)
+
+// The block reader. Between pieces, where the replay is idle, blocks reads
+// a text 64 bytes at a time without looking at pieces one by one: it turns
+// a block into bitmaps of character classes (bit k: byte k; see planes and
+// classify) and derives the pieces' features from them with shifts, masks,
+// additions and population counts. Lower-case words are counted by length,
+// punctuation runs by length, digit groups, white-space runs, word
+// prefixes and the letters and runs of CJK scripts for the whole block at
+// once; only words with capitals or of ten letters and more, punctuation
+// runs of four characters and more, and the function-word lookups of
+// two- to four-letter words take a loop iteration each.
+//
+// The bitmaps model ASCII, the two-byte escapes of a JSON string, and the
+// three-byte characters of CJK text: Han, kana and Hangul letters, CJK and
+// general punctuation and wide spaces (multibyte). Anything else (other
+// non-ASCII characters, \u escapes, the end of a JSON string, malformed
+// input) ends the block's readable part.
+//
+// A block ends where the replay is certainly idle, so that no piece crosses
+// from one block to the next and every block starts as a text does: after
+// a letter that a non-letter follows, around a digit run (neither takes
+// anything from what is around it), between punctuation and white space or
+// a digit, after a newline that no white space follows; or inside a run of
+// Han, kana or Hangul letters, which is counted by characters and ends, not
+// by length, and so goes on into the next block (see blocks). The next
+// block starts there. Where no cut is left before the readable part ends,
+// fast and step take over, as they would have from the start.
+// TestBlocksMatchStep and FuzzBlocksMatchStep check that the features equal
+// step's on any text.
+
+// minBlock is the shortest rest of a text worth a block: shorter rests go
+// to fast directly.
+const minBlock = 16
+
+// fastSpan is how far fast reads on its own after blocks stopped (at a
+// stretch without cuts, such as a long punctuation or white-space run)
+// before blocks try again.
+const fastSpan = 64
+
+// unmodelledSpan is how far scan reads without trying blocks after bytes
+// that they do not model (see modelled): in such a script, checking at every
+// piece would cost more than the odd block gains.
+const unmodelledSpan = 32
+
+// windowLen is the length of a block's window: its 64 bytes and 8 more, so
+// that an 8-byte load at any of its offsets stays inside.
+const windowLen = 72
+
+// classes are the bitmaps of one block: bit k describes byte k. Every
+// byte of a multi-byte character (a three-byte UTF-8 character or a
+// white-space escape, see unescape) carries its character's class, so that
+// a shift by one looks at the neighbouring character; cont marks the
+// bytes that do not start a character.
+type classes struct {
+	letter, upper, digit uint64 // ASCII letters, capitals, digits
+	space                uint64 // ' '
+	blank                uint64 // white space that is neither ' ' nor a newline (\t \v \f, U+3000…)
+	tab                  uint64
+	newline              uint64 // \r \n
+	punct                uint64 // every other character (cOther)
+	han, kana, hangul    uint64 // letters of the per-character scripts (three bytes each)
+	uni                  uint64 // punctuation of three bytes
+	cont                 uint64 // bytes after the first of a character
+
+	// in a JSON string (see unescape): the characters that were
+	// punctuation escapes, and the first bytes of white-space escapes
+	escaped, doubled uint64
+}
+
+// planes turns the first 64 bytes of b into eight bit planes: plane j
+// holds bit j of every byte (bit k of the plane: byte k). Two
+// transpositions of 8×8 matrices: the bits within each 8-byte word, then
+// the bytes across words. Scalars rather than an array, so that the
+// compiler keeps them in registers.
+func planes(b []byte) (b0, b1, b2, b3, b4, b5, b6, b7 uint64) {
+	b = b[:64]
+	// The three byte stages commute; interleaving them with the bit
+	// transposes keeps fewer values live at once.
+	b0, b1 = swapBytes(transposeBits(jsonraw.Word(b, 0)), transposeBits(jsonraw.Word(b, 8)), 8, 0x00FF00FF00FF00FF)
+	b2, b3 = swapBytes(transposeBits(jsonraw.Word(b, 16)), transposeBits(jsonraw.Word(b, 24)), 8, 0x00FF00FF00FF00FF)
+	b0, b2 = swapBytes(b0, b2, 16, 0x0000FFFF0000FFFF)
+	b1, b3 = swapBytes(b1, b3, 16, 0x0000FFFF0000FFFF)
+	b4, b5 = swapBytes(transposeBits(jsonraw.Word(b, 32)), transposeBits(jsonraw.Word(b, 40)), 8, 0x00FF00FF00FF00FF)
+	b6, b7 = swapBytes(transposeBits(jsonraw.Word(b, 48)), transposeBits(jsonraw.Word(b, 56)), 8, 0x00FF00FF00FF00FF)
+	b4, b6 = swapBytes(b4, b6, 16, 0x0000FFFF0000FFFF)
+	b5, b7 = swapBytes(b5, b7, 16, 0x0000FFFF0000FFFF)
+	b0, b4 = swapBytes(b0, b4, 32, 0x00000000FFFFFFFF)
+	b1, b5 = swapBytes(b1, b5, 32, 0x00000000FFFFFFFF)
+	b2, b6 = swapBytes(b2, b6, 32, 0x00000000FFFFFFFF)
+	b3, b7 = swapBytes(b3, b7, 32, 0x00000000FFFFFFFF)
+	return
+}
+
+// transposeBits transposes x as an 8×8 bit matrix whose rows are its
+// bytes: bit j of byte i becomes bit i of byte j.
+func transposeBits(x uint64) uint64 {
+	y := (x ^ x>>7) & 0x00AA00AA00AA00AA
+	x ^= y ^ y<<7
+	y = (x ^ x>>14) & 0x0000CCCC0000CCCC
+	x ^= y ^ y<<14
+	y = (x ^ x>>28) & 0x00000000F0F0F0F0
+	return x ^ y ^ y<<28
+}
+
+// swapBytes exchanges the bits of a selected by m<<s with those of b
+// selected by m.
+func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
+	y := (a>>s ^ b) & m
+	return a ^ y<<s, b ^ y
+}
+
+// classify sets the bitmaps of the window b, all but punct, from their bit
+// planes, and returns how many bytes of it the bitmaps describe: those
+// before the first byte ≥ 0x80 that is not part of a three-byte character
+// of a kind the block reader models (see multibyte), the first of the
+// avail bytes left in the text, and in a JSON string (json) the closing
+// quote, a control byte or a \u or malformed escape (see unescape).
+func (c *classes) classify(b []byte, avail int, json bool) int {
+	b0, b1, b2, b3, b4, b5, b6, b7 := planes(b)
+	ascii := ^b7
+	// letters: 0x41–0x5A and 0x61–0x7A, the low five bits in 1..26
+	c.letter = ascii & b6 & (b0 | b1 | b2 | b3 | b4) & (^b4 | ^b3 | ^(b2 | b1&b0))
+	c.upper = c.letter &^ b5
+	low := ascii &^ b6 // 0x00–0x3F
+	c.digit = low & b5 & b4 & (^b3 | ^(b2 | b1))
+	ctrl := low &^ b5                             // 0x00–0x1F
+	format := ctrl &^ b4 & b3                     // 0x08–0x0F
+	c.newline = format & (b1&^b2&^b0 | b2&^b1&b0) // 0x0A, 0x0D
+	c.blank = format & (b0&^b2 | b2&^(b1|b0))     // 0x09, 0x0B, 0x0C
+	c.tab = format &^ (b2 | b1) & b0              // 0x09
+	sym := low & b5 &^ b4 &^ b3 &^ b2             // 0x20–0x23
+	c.space = sym &^ (b1 | b0)
+	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled = 0, 0, 0, 0, 0, 0, 0
+	var trouble uint64
+	if avail < 64 {
+		trouble = ^uint64(0) << avail
+	}
+	if b7 != 0 {
+		// Three-byte characters: lead bytes 0xE0–0xEF, then two of
+		// 0x80–0xBF. Han from the first two bytes: leads 0xE4–0xE9
+		// (U+4000–U+9FFF) but 0xE4 0xB7 (U+4DC0–U+4DFF, symbols), and
+		// 0xE3 with a second byte ≥ 0x90 (U+3400–U+3FFF).
+		lead := b7 & b6 & b5 &^ b4
+		cont := b7 &^ b6
+		lead &= cont >> 1 & (cont >> 2)
+		b7s := (b7 &^ b6 & b5 & b4 &^ b3 & b2 & b1 & b0) >> 1 // second byte 0xB7
+		e4b7 := ^b3 & b2 &^ b1 &^ b0 & b7s
+		han := lead & (^b3&b2&^e4b7 | b3&^b2&^b1 | ^b3&^b2&b1&b0&((b5|b4)>>1))
+		trouble |= c.multibyte(b, b7, lead, han)
+	}
+	if !json {
+		return bits.TrailingZeros64(trouble)
+	}
+	quote := sym & b1 &^ b0
+	trouble |= ctrl | quote
+	bslash := ascii & b6 &^ b5 & b4 & b3 & b2 &^ (b1 | b0) // 0x5C
+	if bslash&(trouble&-trouble-1) == 0 {
+		return bits.TrailingZeros64(trouble)
+	}
+	escaped, carry := escapedBytes(bslash)
+	if carry {
+		trouble |= 1 << 63 // the escaped byte is in the next window
+	}
+	// What the escaped bytes stand for: the low five bits of lower-case
+	// n (01110), r (10010), t (10100), f (00110), b (00010).
+	lower := escaped & c.letter & b5 &^ b0
+	newlines := lower & b1 & (^b4&b3&b2 | b4&^b3&^b2)
+	blanks := lower &^ b3 & b2 & (b4&^b1 | ^b4&b1)
+	tabs := blanks & b4
+	slash := low & b5 &^ b4 & b3 & b2 & b1 & b0 // 0x2F
+	puncts := escaped & (lower&^(b4|b3|b2)&b1 | quote | bslash | slash)
+	return c.unescape(trouble, escaped, newlines, blanks, tabs, puncts)
+}
+
+// Kinds of three-byte characters for the block reader: the Han ideographs
+// that the bit planes do not settle, CJK and general punctuation, wide
+// spaces, kana and Hangul.
+const (
+	kindNone uint8 = iota // anything else ends a block
+	kindPunct
+	kindSpace
+	kindHan
+	kindKana
+	kindHangul
+	numKinds
+)
+
+// kindPage[r>>8] is the index in kindPages of the kinds of the characters
+// r of a 256-character page: built from classify at start-up for the pages
+// of general punctuation, CJK symbols and kana, and full-width forms (768
+// calls; the Hangul syllables, settled by range in classify, are too in
+// kind3).
+var kindPage, kindPages = func() (index [256]uint8, pages [][256]uint8) {
+	pages = append(pages, [256]uint8{}) // 0: none
+	for _, hi := range []int{0x20, 0x30, 0xFF} {
+		var page [256]uint8
+		for lo := range page {
+			page[lo] = kindOf(classify(rune(hi<<8 | lo)))
+		}
+		index[hi] = uint8(len(pages))
+		pages = append(pages, page)
+	}
+	return index, pages
+}()
+
+// kind3 returns the kind of the three-byte character r (U+0800–U+FFFF) for
+// the block reader; TestKinds checks it against classify.
+func kind3(r int) uint8 {
+	if uint(r-0xAC00) <= 0xD7A3-0xAC00 {
+		return kindHangul
+	}
+	return kindPages[kindPage[r>>8&0xFF]][r&0xFF]
+}
+
+// kindOf maps classify's answer for a three-byte character to its kind.
+func kindOf(cls, script uint8, _, _ bool) uint8 {
+	switch {
+	case cls == cOther:
+		return kindPunct
+	case cls == cSpace:
+		return kindSpace
+	case cls != cLetter:
+	case script == sHan:
+		return kindHan
+	case script == sKana:
+		return kindKana
+	}
+	return kindNone // Hangul syllables are kind3's
+}
+
+// multibyte sets the bitmaps of the three-byte characters of the window b,
+// given its bytes ≥ 0x80 (high), the first bytes of its well-formed
+// three-byte characters (lead) and those of them that are Han (han). The
+// others are looked up one by one (kind3). It returns the bytes ≥
+// 0x80 that are not part of a character it set: those end the block.
+func (c *classes) multibyte(b []byte, high, lead, han uint64) uint64 {
+	b = b[:windowLen]
+	var kinds [numKinds]uint64
+	for x := lead &^ han; x != 0; x &= x - 1 {
+		q := bits.TrailingZeros64(x) & 63
+		kinds[kind3(int(b[q]&0x0F)<<12|int(b[q+1]&0x3F)<<6|int(b[q+2]&0x3F))] |= 1 << q
+	}
+	kinds[kindHan] |= han
+	three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
+	c.han, c.kana, c.hangul = three(kinds[kindHan]), three(kinds[kindKana]), three(kinds[kindHangul])
+	c.uni = three(kinds[kindPunct])
+	c.blank |= three(kinds[kindSpace])
+	known := lead &^ kinds[kindNone]
+	c.cont = known<<1 | known<<2
+	return high &^ three(known)
+}
+
+// escapedBytes marks the bytes that a backslash escapes, given the
+// backslashes of a window that starts outside any escape: the bytes after
+// an odd-length run of backslashes. Runs that start on an odd bit are
+// carried through by an addition, which tells runs of odd length from
+// runs of even length by the parity of the bit after them. carry reports
+// that the window ends with an escaping backslash.
+func escapedBytes(bslash uint64) (escaped uint64, carry bool) {
+	const even = 0x5555555555555555
+	follows := bslash << 1
+	oddStarts := bslash &^ even &^ follows
+	evenEnds, c := bits.Add64(oddStarts, bslash, 0)
+	return (even ^ evenEnds<<1) & follows, c != 0
+}
+
+// unescape reads the two-byte escapes of a JSON window that come before
+// its first stop and gives each escaped character its class, so that the
+// bitmaps describe characters; it returns the number of characters before
+// the stop. trouble marks the raw bytes that stop the block (bytes ≥ 0x80,
+// control bytes, quotes), escaped the bytes after escaping backslashes,
+// and newlines, blanks, tabs and puncts those of them that make an escape
+// of that class (\n \r; \t \f; \t; \" \\ \/ \b). An escaped quote does
+// not stop the block, a \u escape or a malformed one does.
+//
+// A white-space escape stays two bytes, both of its class: a run of white
+// space is the same run whatever its length, so only counts of characters
+// and the look back from the end of a trail must know (c.doubled marks the
+// first bytes, see whiteSpace). A punctuation escape, whose runs are
+// counted by length, loses its backslash from the bitmaps, so that bit k
+// of them describes character k; c.escaped marks the characters that were
+// such escapes, each one raw byte longer.
+func (c *classes) unescape(trouble, escaped, newlines, blanks, tabs, puncts uint64) int {
+	space := newlines | blanks
+	trouble |= (escaped &^ (space | puncts)) >> 1 // \u escapes and malformed ones
+	stop := bits.TrailingZeros64(trouble &^ escaped)
+	doubled := space >> 1
+	heads := puncts >> 1 & (1<<stop - 1)
+	tails := puncts
+	letter, upper, digit := c.letter&^escaped, c.upper, c.digit
+	blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
+	space = c.space
+	for h := heads; h != 0; {
+		q := 63 - bits.LeadingZeros64(h)
+		h &^= 1 << q
+		keep := uint64(1)<<q - 1
+		letter = letter&keep | letter>>1&^keep
+		upper = upper&keep | upper>>1&^keep
+		digit = digit&keep | digit>>1&^keep
+		space = space&keep | space>>1&^keep
+		blank = blank&keep | blank>>1&^keep
+		tab = tab&keep | tab>>1&^keep
+		newline = newline&keep | newline>>1&^keep
+		tails = tails&keep | tails>>1&^keep
+		doubled = doubled&keep | doubled>>1&^keep
+	}
+	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
+	c.escaped, c.doubled = tails, doubled
+	if c.cont != 0 {
+		han, kana, hangul, uni, cont := c.han, c.kana, c.hangul, c.uni, c.cont
+		for h := heads; h != 0; {
+			q := 63 - bits.LeadingZeros64(h)
+			h &^= 1 << q
+			keep := uint64(1)<<q - 1
+			han = han&keep | han>>1&^keep
+			kana = kana&keep | kana>>1&^keep
+			hangul = hangul&keep | hangul>>1&^keep
+			uni = uni&keep | uni>>1&^keep
+			cont = cont&keep | cont>>1&^keep
+		}
+		c.han, c.kana, c.hangul, c.uni, c.cont = han, kana, hangul, uni, cont
+	}
+	return stop - bits.OnesCount64(heads)
+}
+
+// blocks reads s[i:] block by block, the replay being idle (scan has
+// checked that the text is modelled there), and returns the offset where
+// it stopped and the offset before which trying again is pointless. It stops where a block has no cut before its first byte that
+// the bitmaps do not model (returning that byte's offset), or where fewer
+// than minBlock bytes are left. A block may also end between two letters
+// of a per-character script (Han, kana, Hangul), whose runs are counted
+// by characters and ends, not by length: the run then goes on into the
+// next block, or into step if blocks stop there (see resume).
+func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
+	var (
+		tail  [windowLen]byte
+		cl    classes
+		carry uint8 // the script of a run going on from the last block, or 0
+	)
+	for {
+		avail := len(s) - i
+		if avail < minBlock {
+			c.resume(carry)
+			return i, len(s)
+		}
+		b := s[i:]
+		if avail < windowLen {
+			tail = [windowLen]byte{}
+			copy(tail[:], b)
+			b = tail[:]
+		}
+		b = b[:windowLen]
+		n := cl.classify(b, avail, json)
+		valid := uint64(1)<<n - 1
+		letters := cl.letter | cl.han | cl.kana | cl.hangul
+		cl.punct = valid &^ (letters | cl.digit | cl.space | cl.blank | cl.newline)
+		// Where the replay is idle: after a letter but before another,
+		// around a digit run, between punctuation and white space or a
+		// digit, after a newline but before more white space.
+		digit, ws := cl.digit, cl.space|cl.blank|cl.newline
+		within := (cl.han&(cl.han<<1) | cl.kana&(cl.kana<<1) | cl.hangul&(cl.hangul<<1)) &^ cl.cont
+		cuts := (letters<<1&^letters | digit ^ digit<<1 | cl.punct<<1&(ws&^cl.newline|digit) |
+			cl.newline<<1&^ws | within) & valid &^ 1
+		if cuts == 0 {
+			c.resume(carry)
+			return i, i + n + bits.OnesCount64(cl.escaped&(1<<n-1))
+		}
+		cut := 63 - bits.LeadingZeros64(cuts)
+		c.block(&cl, b, cut, carry)
+		carry = 0
+		if within>>cut&1 != 0 {
+			carry = sHan
+			if cl.kana>>cut&1 != 0 {
+				carry = sKana
+			} else if cl.hangul>>cut&1 != 0 {
+				carry = sHangul
+			}
+		}
+		i += cut + bits.OnesCount64(cl.escaped&(1<<cut-1))
+	}
+}
+
+// resume hands a run of a per-character script that the blocks left open
+// (script, 0 for none) to step: a word segment whose characters so far are
+// counted already.
+func (c *Counter) resume(script uint8) {
+	if script != 0 {
+		c.mode, c.script, c.segLen = mWord, script, 0
+	}
+}
+
+// modelled reports whether the eight bytes x (little-endian) at the start
+// of a block are worth a block: they hold no first byte of a two- or
+// four-byte UTF-8 character, nor of a three-byte one of U+0800–U+1FFF
+// (lead 0xE0 or 0xE1: Indic, Thai, …), which the bitmaps do not model.
+// Text in such a script goes to fast and step without trying blocks.
+func modelled(x uint64) bool {
+	const ones = 0x0101010101010101
+	t := x&^ones ^ ones*0xE0 // zero in the bytes 0xE0 and 0xE1
+	e01 := ^((t&(ones*0x7F) + ones*0x7F) | t) & highs
+	return (x&(x<<1)&^(x<<2)|x&(x<<1)&(x<<2)&(x<<3)|e01)&highs == 0
+}
+
+// block counts the pieces of characters [0, cut) of a block whose bitmaps
+// are cl; b holds its raw bytes (windowLen of them). Characters up to cut
+// are classified; the replay is idle at 0, or inside a run of the
+// per-character script carry, and at cut, or inside a run of a
+// per-character script. The work is split by kind of piece so that each
+// part keeps its bitmaps in registers.
+func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
+	in := uint64(1)<<cut - 1 // the characters whose pieces are counted
+	// `[^\r\n\p{L}\p{N}]?\p{L}+`: a punctuation character that is a run
+	// of its own, not after a space, starts the word after it. joins
+	// marks the last bytes of such characters.
+	punct, lead := cl.punct, cl.uni&^cl.cont
+	starts := punct &^ (punct << 1) &^ (cl.space << 1)
+	ends := punct &^ (punct >> 1)
+	letters := cl.letter | cl.han | cl.kana | cl.hangul
+	joins := ends & (starts | (starts&lead)<<2) & (letters >> 1) & in
+	c.words(cl, b, in, joins)
+	if cjk := cl.han | cl.kana | cl.hangul; cjk != 0 {
+		c.cjkWords(cl, in, joins, carry)
+	}
+	c.punctRuns(cl, in, joins)
+	c.whiteSpace(cl, in)
+	// Digit runs: ⌈n/3⌉ groups each, the group starts found three
+	// digits at a time.
+	digit := cl.digit
+	three := digit & (digit << 1) & (digit << 2)
+	for groups := digit &^ (digit << 1) & in; groups != 0; groups = groups << 3 & three {
+		c.feat[FDigitGroups] += pop(groups)
+	}
+}
+
+// words counts the Latin words (runs of ASCII letters) of a block (see
+// block); joins marks the punctuation characters that start a word.
+func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
+	letter, upper := cl.letter, cl.upper
+	f := &c.feat
+	// Prefixes and camel-case humps (only mixed-case words have any) for
+	// the whole block.
+	starts := letter &^ (letter << 1) & in
+	ends := letter &^ (letter >> 1) & in
+	f[FPrefixSpaceLatin] += pop(starts & (cl.space << 1))
+	f[FPrefixWSLatin] += pop(starts & (cl.blank << 1))
+	f[FPrefixPunctLatin] += pop(starts & (joins &^ cl.uni << 1))
+	f[FPrefixUniLatin] += pop(starts & (joins & cl.uni << 1))
+	lower := letter &^ upper
+	f[FLatinHumps] += pop(upper & (lower << 1) & in)
+
+	// Lower-case words, most of prose, by length for the whole block: run
+	// marks the lower-case letters that a word starts with, so a word end
+	// in it ends a lower-case word; ek marks those of at least k letters
+	// (the k-1 characters before the end are in run too, so in its word).
+	run := ((lower + starts&lower) ^ lower) & lower
+	e1 := ends & run
+	e2 := e1 & (run << 1)
+	e3 := e2 & (run << 2)
+	e4 := e3 & (run << 3)
+	e5 := e4 & (run << 4)
+	f[FLatinLower] += pop(e1 &^ e2)
+	f[FLatinLower+1] += pop(e2 &^ e3)
+	f[FLatinLower+2] += pop(e3 &^ e4)
+	f[FLatinLower+3] += pop(e4 &^ e5)
+	c.functionWords(b, starts, e2&^e5, e3, e4, cl.escaped)
+	e6 := e5 & (run << 5)
+	e7 := e6 & (run << 6)
+	e8 := e7 & (run << 7)
+	e9 := e8 & (run << 8)
+	e := e9 & (run << 9) // ten letters or more: counted one at a time below
+	f[FLatinLower+4] += pop(e5 &^ e6)
+	f[FLatinLower+5] += pop(e6 &^ e7)
+	f[FLatinLower+6] += pop(e7 &^ e8)
+	f[FLatinLower+7] += pop(e8 &^ e9)
+	f[FLatinLower+8] += pop(e9 &^ e)
+	// Longer words, and words with capitals (Title, UPPER, mixed), one at
+	// a time.
+	for rest := e | ends&^e1; rest != 0; rest &= rest - 1 {
+		end := bits.TrailingZeros64(rest) & 63
+		s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
+		n := uint32(end - s + 1)
+		shape := FLatinLower
+		if e>>end&1 == 0 {
+			up := pop(upper & (2<<end - 1<<s))
+			shape = FLatinMixed
+			if up == n {
+				shape = FLatinUpper
+			}
+			if up == 1 && upper>>s&1 != 0 {
+				shape = FLatinTitle
+			}
+		}
+		if n > latinLens {
+			f[FLatinLongChars] += n - latinLens
+			n = latinLens
+		}
+		f[shape+int(n)-1]++
+	}
+}
+
+// cjkWords counts the letters of the per-character scripts (Han, kana,
+// Hangul) of a block (see block): characters and runs of each, the script
+// changes inside letter runs, and the prefixes of letter runs that start
+// with one of them; joins marks the punctuation characters that start a
+// word, carry the script of a run going on from the last block.
+func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
+	f := &c.feat
+	letters := cl.letter | cl.han | cl.kana | cl.hangul
+	// The bitmaps of the characters before: a run that goes on from the
+	// last block is a letter of its script before bit 0.
+	var carried uint64
+	if carry != 0 {
+		carried = 1
+	}
+	prev := letters<<1 | carried
+	switches := cl.letter &^ (cl.letter << 1) & (prev &^ (cl.letter << 1)) // Latin after another script
+	for _, sc := range [...]struct {
+		m      uint64
+		script uint8
+		chars  int
+	}{{cl.han, sHan, FHanChars}, {cl.kana, sKana, FKanaChars}, {cl.hangul, sHangul, FHangulChars}} {
+		if sc.m == 0 {
+			continue
+		}
+		same := sc.m << 1
+		if sc.script == carry {
+			same |= carried
+		}
+		f[sc.chars] += pop(sc.m &^ cl.cont & in)
+		f[sc.chars+1] += pop(sc.m &^ (sc.m >> 1) & in) // runs
+		switches |= sc.m &^ same & (prev &^ same)
+	}
+	f[FScriptSwitches] += pop(switches & in)
+	first := (letters &^ cl.letter) &^ prev & in // words whose first segment is one of them
+	f[FPrefixSpaceOther] += pop(first & (cl.space << 1))
+	f[FPrefixWSOther] += pop(first & (cl.blank << 1))
+	f[FPrefixPunctOther] += pop(first & (joins &^ cl.uni << 1))
+	f[FPrefixUniOther] += pop(first & (joins & cl.uni << 1))
+}
+
+// functionWords looks up the lower-case words of two to four letters of a
+// block, which end at the bits of short (e3, e4: the ends of words of at
+// least three and four letters), in the function-word table, packing them
+// from the raw bytes b. Their first letters are the word starts one or
+// two characters before their ends, or three before the ends of
+// four-letter words (a start three before a shorter word's end is a
+// one-letter word's); in the raw bytes they are one byte further for each
+// escaped character before them.
+func (c *Counter) functionWords(b []byte, starts, short, e3, e4, escaped uint64) {
+	b = b[:windowLen]
+	first := starts & (short>>1 | short>>2 | short&e4>>3)
+	for x := escaped; x != 0; {
+		j := 63 - bits.LeadingZeros64(x)
+		x &^= 1 << j
+		keep := uint64(2)<<j - 1
+		first = first&keep | first&^keep<<1
+	}
+	var english, other uint32
+	for ; short != 0; short &= short - 1 {
+		end := bits.TrailingZeros64(short) & 63
+		n := 2 + int(e3>>end&1) + int(e4>>end&1)
+		lang := wordLang(packLetters(jsonraw.Word(b, bits.TrailingZeros64(first)&63)) & keyMask[n&7])
+		first &= first - 1
+		english += lang & langEnglish
+		other += lang / langOther
+	}
+	c.english += english
+	c.other += other
+}
+
+// punctRuns counts the punctuation runs (` ?[^\s\p{L}\p{N}]+[\r\n]*`) of
+// a block (see block) by length in characters; joins marks the
+// one-character runs that start a word instead. Runs of ASCII characters
+// are counted as words counts lower-case words: pk marks the ends of runs
+// of at least k. Runs of one three-byte character are counted for the
+// block too, longer runs with one one at a time.
+func (c *Counter) punctRuns(cl *classes, in, joins uint64) {
+	f := &c.feat
+	p, uni := cl.punct&in, cl.uni&in
+	starts := p &^ (p << 1)
+	ends := p &^ (p >> 1)
+	f[FPunctSpace] += pop(starts & (cl.space << 1))
+	f[FPunctNewline] += pop(cl.newline & (p << 1))
+	f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
+	if uni != 0 {
+		single := ends & (starts | (starts&uni)<<2)
+		f[FPunct] += pop(single) - pop(joins)
+		for rest := ends &^ single; rest != 0; rest &= rest - 1 {
+			end := bits.TrailingZeros64(rest) & 63
+			s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
+			c.punctLength(pop(p &^ cl.cont & (2<<end - 1<<s)))
+		}
+		return
+	}
+	p2 := ends & (p << 1)
+	p3 := p2 & (p << 2)
+	p4 := p3 & (p << 3)
+	f[FPunct] += pop(ends&^p2) - pop(joins)
+	f[FPunct+1] += pop(p2 &^ p3)
+	f[FPunct+2] += pop(p3 &^ p4)
+	for rest := p4; rest != 0; rest &= rest - 1 {
+		end := bits.TrailingZeros64(rest) & 63
+		c.punctLength(uint32(end - (63 - bits.LeadingZeros64(starts&(2<<end-1))) + 1))
+	}
+}
+
+// punctLength counts a punctuation run of n characters by its length.
+func (c *Counter) punctLength(n uint32) {
+	if n > punctLens {
+		c.feat[FPunctLongChars] += n - punctLens
+		n = punctLens
+	}
+	c.feat[FPunct+int(n)-1]++
+}
+
+// whiteSpace counts the white-space pieces of a block (see block). The
+// newlines right after a punctuation run belong to it; the other
+// white-space characters form runs, each cut into `\s*[\r\n]+` up to its
+// last newline and the blanks after it (its trail), whose last character
+// goes with what follows the run. Counts of characters leave out the bytes
+// after the first of a multi-byte one, and the character before the last
+// of a trail ends one, two or three bytes before it.
+func (c *Counter) whiteSpace(cl *classes, in uint64) {
+	f := &c.feat
+	newline, punct, space := cl.newline, cl.punct, cl.space
+	extra := cl.doubled | cl.cont // bytes that start no character
+	absorbed := ((newline + newline&(punct<<1)) ^ newline) & newline
+	nl := newline &^ absorbed
+	bl := space | cl.blank
+	ws := bl | nl
+	trailEnds := bl &^ (ws >> 1) & in // last bytes of trails
+	nTrails := pop(trailEnds)
+	two, three := cl.doubled<<1, bl&cl.cont&^(cl.cont>>1)                   // last bytes of two- and three-byte characters
+	long := pop(trailEnds & (bl<<1&^(two|three) | bl<<2&two | bl<<3&three)) // trails of two or more
+	// Blanks followed by a newline of their run (rare): walk back to
+	// the start of their segment.
+	var preBlanks, preRuns uint32
+	for pre := bl & (nl >> 1) & in; pre != 0; pre &= pre - 1 {
+		m := bits.TrailingZeros64(pre)
+		a := bits.Len64(^bl & (1<<m - 1))
+		preBlanks += uint32(m-a+1) - pop(extra&(2<<m-1)>>a<<a)
+		if a == 0 || ws>>(a-1)&1 == 0 {
+			preRuns++ // the segment starts its run
+		}
+	}
+	runs := pop(ws &^ (ws << 1) & in)
+	blankRuns := pop(bl&^(ws<<1)&in) - preRuns // runs without a newline
+	nlRuns := runs - blankRuns
+	letters := cl.letter | cl.han | cl.kana | cl.hangul
+	f[FNewlineRuns] += nlRuns
+	f[FNewlineRunExtra] += pop(nl&^extra&in) + preBlanks - nlRuns
+	f[FSpaceRuns] += long
+	f[FSpaceRunExtra] += pop(bl&^extra&in) - preBlanks - long - nTrails
+	f[FLoneSpaces] += pop(trailEnds &^ (letters>>1 | space&(punct>>1)))
+	f[FTabs] += pop(cl.tab &^ extra & in)
+}
+
+func pop(x uint64) uint32 { return uint32(bits.OnesCount64(x)) }
