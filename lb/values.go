@@ -9,7 +9,7 @@ import (
 // byte and a kind byte; a value with another version, another kind, a length that does
 // not match its header, or contents out of range is treated as absent (and replaced on
 // the next write), never trusted and never a panic. The layouts are listed in
-// docs/rationale/lb.md and pinned by golden files in testdata/values.
+// RATIONALE.md (load balancing) and pinned by golden files in testdata/values.
 
 const valueVersion = 1
 

@@ -23,7 +23,7 @@ import (
 )
 
 // End-to-end benchmarks (make bench); figures and commands are in
-// docs/bench/e2e.md.
+// BENCHMARKS.md (end-to-end).
 
 // instant mocks answer at once (1 ns per step), so the proxy's cost shows.
 var instant = mocks.Latency{PrefillPerToken: 1, TransferredPrefill: 1, PerOutputToken: 1, Slowdown: 1}

@@ -60,7 +60,7 @@ func EncodeNotification(tag, reqID string) []byte {
 // It works on the byte slice directly rather than through a general msgpack
 // decoder: it allocates nothing, never trusts a declared length beyond the
 // bytes present, and is strict about types (a bin or nil req_id is not a
-// string). See docs/rationale/kvbridge.md.
+// string). See RATIONALE.md (kvbridge).
 func parseNotification(frame []byte) ([]byte, error) {
 	r := mpReader{b: frame}
 	n, ok := r.mapLen()

@@ -30,7 +30,7 @@ type Config struct {
 	TTL time.Duration
 	// MaxEntries caps the ids held; at the cap the oldest is evicted.
 	// Default 1,000,000: a TTL's worth of 8,000 requests/s, in about 131 MiB
-	// of live heap (about 210 MiB RSS; see docs/bench/kvbridge.md).
+	// of live heap (about 210 MiB RSS; see BENCHMARKS.md (kvbridge)).
 	MaxEntries int
 	// MaxWaiters caps concurrent long-poll requests; more are answered 503.
 	// Default 10,000: the filter holds one long-poll per Envoy worker, so

@@ -46,7 +46,7 @@ func zmqTCPAddr(endpoint string) (string, error) {
 // guard, and every read passes a frame-size guard. go-zeromq's socket API
 // does none of this: one silent TCP client blocks its accept loop, and one
 // crafted handshake or frame header panics the process. See
-// docs/rationale/kvbridge.md.
+// RATIONALE.md (kvbridge).
 type receiver struct {
 	ln               net.Listener
 	maxPeers         int

@@ -14,7 +14,7 @@
 // Both take the last layer, require exactly that media type, and return the first tar
 // entry whose base name is plugin.wasm. The other variant they read, the "oci" artifact
 // variant (layer application/vnd.module.wasm.content.layer.v1+wasm), must have exactly two
-// layers, so a single raw-.wasm layer is rejected by both; see docs/rationale/deploy.md.
+// layers, so a single raw-.wasm layer is rejected by both; see RATIONALE.md (deployment artefacts).
 //
 // Output is deterministic: the same module and tag give the same bytes and digests (no
 // timestamps, fixed tar header, fixed gzip header). The package is native tooling and must

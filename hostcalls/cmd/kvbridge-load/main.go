@@ -1,5 +1,5 @@
 // Command kvbridge-load measures a running kvbridge and prints the figures
-// docs/bench/kvbridge.md records:
+// BENCHMARKS.md (kvbridge) records:
 //
 //   - throughput: notifications/s the server absorbs, sent as fast as
 //     possible by -tp PUSH peers (one per TP rank, each sending one
