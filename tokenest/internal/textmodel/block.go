@@ -72,6 +72,8 @@ type classes struct {
 	// in a JSON string (see unescape): the characters that were
 	// punctuation escapes, and the first bytes of white-space escapes
 	escaped, doubled uint64
+
+	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
 }
 
 // planes turns the first 64 bytes of b into eight bit planes: plane j
@@ -137,7 +139,7 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	c.tab = format &^ (b2 | b1) & b0              // 0x09
 	sym := low & b5 &^ b4 &^ b3 &^ b2             // 0x20–0x23
 	c.space = sym &^ (b1 | b0)
-	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled = 0, 0, 0, 0, 0, 0, 0
+	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0
 	var trouble uint64
 	if avail < 64 {
 		trouble = ^uint64(0) << avail
@@ -159,6 +161,7 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		return bits.TrailingZeros64(trouble)
 	}
 	quote := sym & b1 &^ b0
+	c.quotes = quote
 	trouble |= ctrl | quote
 	bslash := ascii & b6 &^ b5 & b4 & b3 & b2 &^ (b1 | b0) // 0x5C
 	if bslash&(trouble&-trouble-1) == 0 {
@@ -333,14 +336,14 @@ func (c *classes) unescape(trouble, escaped, newlines, blanks, tabs, puncts uint
 // blocks reads s[i:] block by block, the replay being idle (scan has
 // checked that the text is modelled there), and returns the offset where
 // it stopped and the offset before which trying again is pointless. It stops where a block has no cut before its first byte that
-// the bitmaps do not model (returning that byte's offset), or where fewer
-// than minBlock bytes are left. A block may also end between two letters
+// the bitmaps do not model (returning that byte's offset), where fewer
+// than minBlock bytes are left, or at the closing quote of a JSON string
+// when the last block read the text to its end. A block may also end between two letters
 // of a per-character script (Han, kana, Hangul), whose runs are counted
 // by characters and ends, not by length: the run then goes on into the
 // next block, or into step if blocks stop there (see resume).
 func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 	var (
-		tail  [windowLen]byte
 		cl    classes
 		carry uint8 // the script of a run going on from the last block, or 0
 	)
@@ -352,7 +355,9 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		}
 		b := s[i:]
 		if avail < windowLen {
-			tail = [windowLen]byte{}
+			// the last bytes of the text, in a window of zeros (which
+			// the bitmaps do not read as characters)
+			var tail [windowLen]byte
 			copy(tail[:], b)
 			b = tail[:]
 		}
@@ -368,6 +373,16 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		within := (cl.han&(cl.han<<1) | cl.kana&(cl.kana<<1) | cl.hangul&(cl.hangul<<1)) &^ cl.cont
 		cuts := (letters<<1&^letters | digit ^ digit<<1 | cl.punct<<1&(ws&^cl.newline|digit) |
 			cl.newline<<1&^ws | within) & valid &^ 1
+		// The closing quote of a JSON string (the one raw quote a window
+		// can stop at) ends the text, and with it the piece in progress,
+		// as a cut does, unless that is a trail of blanks (which at the
+		// end is one piece, not a run that gives its last character to
+		// what follows): the block may then count the text to its end.
+		var end uint64
+		if cl.quotes != 0 && n < 64 && b[n+bits.OnesCount64(cl.escaped&(1<<n-1))&63] == '"' {
+			end = 1 << n &^ ((cl.space | cl.blank) << 1) &^ 1
+			cuts |= end
+		}
 		if cuts == 0 {
 			c.resume(carry)
 			return i, i + n + bits.OnesCount64(cl.escaped&(1<<n-1))
@@ -383,7 +398,21 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 				carry = sHangul
 			}
 		}
-		i += cut + bits.OnesCount64(cl.escaped&(1<<cut-1))
+		next := i + cut + bits.OnesCount64(cl.escaped&(1<<cut-1))
+		if end != 0 {
+			return next, next + 1 // at the closing quote
+		}
+		// A byte that the bitmaps do not model (stop, in the raw bytes)
+		// stops the next block too, and a cut depends only on the two
+		// characters around it: that block would find none between this
+		// one's last cut and that byte. Not so when the stop may be an
+		// artefact of the window's end (in its last two bytes: a
+		// three-byte character or an escape that goes on past it).
+		if stop := n + bits.OnesCount64(cl.escaped&(1<<n-1)); stop < 62 {
+			c.resume(carry)
+			return next, i + stop
+		}
+		i = next
 	}
 }
 

@@ -137,20 +137,51 @@ func (c *Counter) Part(s []byte) { c.scan(s, 0, false) }
 func (c *Counter) End(pos int) {
 	c.flush(pos)
 	e := englishness(c.english, c.other)
-	// Without a branch on zero counts, which a text's handful of pieces
-	// makes unpredictable: a zero count adds ±0, which leaves the sum as
-	// it is.
+	// A zero count adds ±0, which leaves the sum as it is, so the groups
+	// of counts that most texts leave at zero (Latin words with capitals,
+	// each alphabet by length) are skipped with one branch each when they
+	// are, and every other count is added in order, zeros included,
+	// without a branch each (a text's handful of pieces would make one
+	// unpredictable): the sum is bit for bit the sum over every count.
 	var sum float64
-	for i := range NumLatin {
+	for i := range latinLens {
 		sum += float64(c.feat[i]) * (e*Weights[i] + (1-e)*Weights[OtherLatin+i])
 	}
-	for i := NumLatin; i < NumFeatures; i++ {
+	for g := FLatinTitle; g < fLatinRunsEnd; g += latinLens {
+		if zero(c.feat[g : g+latinLens]) {
+			continue
+		}
+		for i := g; i < g+latinLens; i++ {
+			sum += float64(c.feat[i]) * (e*Weights[i] + (1-e)*Weights[OtherLatin+i])
+		}
+	}
+	for i := fLatinRunsEnd; i < NumLatin; i++ {
+		sum += float64(c.feat[i]) * (e*Weights[i] + (1-e)*Weights[OtherLatin+i])
+	}
+	for g := FCyrillic; g < fAlphaEnd; g += alphaLens {
+		if zero(c.feat[g : g+alphaLens]) {
+			continue
+		}
+		for i := g; i < g+alphaLens; i++ {
+			sum += float64(c.feat[i]) * Weights[i]
+		}
+	}
+	for i := fAlphaEnd; i < NumFeatures; i++ {
 		sum += float64(c.feat[i]) * Weights[i]
 	}
 	c.sum += int64(math.Round(sum * nano))
 	c.lastEnglish = e
 	c.feat = [NumFeatures]uint32{}
 	c.english, c.other = 0, 0
+}
+
+// zero reports whether all of counts (a multiple of four) are zero.
+func zero(counts []uint32) bool {
+	var any uint32
+	for i := 0; i+3 < len(counts); i += 4 {
+		any |= counts[i] | counts[i+1] | counts[i+2] | counts[i+3]
+	}
+	return any == 0
 }
 
 // flush ends the piece in progress at the end of a text.
