@@ -7,7 +7,7 @@ import (
 
 // Chat-template overhead of the Default method, in tokens. Measured on the
 // reference template (a ChatML template with tools as JSON, see
-// docs/rationale/tokenest.md) with cl100k_base; tokcalib's tests check these
+// RATIONALE.md (token estimation)) with cl100k_base; tokcalib's tests check these
 // numbers. Llama 3's template costs the same per message.
 const (
 	perMessage      = 5  // <|im_start|>role\n … <|im_end|>\n

@@ -8,8 +8,8 @@
 // /generate, and offers two methods: Chars4, the characters ÷ 4 rule of
 // vllm-project/production-stack (kept so that thresholds carry over), and
 // Default, a model of how byte-level BPE tokenizers cut text (see
-// docs/rationale/tokenest.md and the accuracy table in
-// docs/bench/tokenest.md). PrefixKey gives the prefix_affinity balancer a
+// RATIONALE.md (token estimation) and the accuracy table in
+// BENCHMARKS.md (token estimation)). PrefixKey gives the prefix_affinity balancer a
 // hash of the prompt's beginning.
 //
 // The package is pure Go and allocation-free on the hot path: it imports

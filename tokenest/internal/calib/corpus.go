@@ -35,7 +35,7 @@ func manGlobs(lang string) []string {
 }
 
 // Sources maps each text class to where its text comes from on a Debian
-// machine with the packages named in docs/bench/tokenest.md installed. A
+// machine with the packages named in BENCHMARKS.md (token estimation) installed. A
 // class with several sources draws from each in turn.
 func Sources() map[string][]Source {
 	man := func(lang string) Source { return Source{Globs: manGlobs(lang), Extract: manText} }

@@ -43,7 +43,7 @@ func BenchmarkText(b *testing.B) {
 // classes: scripts the block reader models too (kana, Hangul, German's
 // ASCII), and scripts it leaves to fast and step (Cyrillic, Greek, Arabic,
 // Hebrew, Thai, Devanagari), which pay only for the checks that send them
-// there (docs/bench/tokenest.md).
+// there (BENCHMARKS.md (token estimation)).
 func BenchmarkTextOtherScripts(b *testing.B) {
 	for _, class := range []string{"japanese", "korean", "german", "json", "russian", "greek", "arabic", "hebrew", "thai", "hindi"} {
 		text := sampleText(b, class)
@@ -61,7 +61,7 @@ func BenchmarkTextOtherScripts(b *testing.B) {
 // BenchmarkRunsFloor is the floor of any replay that reads a text piece by
 // piece: it only splits the text into runs of bytes of the same class and
 // counts them by class and length. What Text costs beyond it is the
-// replay's own work (docs/bench/tokenest.md).
+// replay's own work (BENCHMARKS.md (token estimation)).
 func BenchmarkRunsFloor(b *testing.B) {
 	for _, class := range []string{"english", "chinese", "code"} {
 		text := sampleText(b, class)

@@ -2,7 +2,7 @@
 //
 //	tokcalib samples [-dir tokenest/testdata/samples] [-n 30]
 //	    regenerate the checked-in samples from the installed packages
-//	    (see docs/bench/tokenest.md for the apt-get line) and count their
+//	    (see BENCHMARKS.md (token estimation) for the apt-get line) and count their
 //	    tokens with cl100k_base and o200k_base;
 //	tokcalib report [-dir tokenest/testdata/samples]
 //	    print the accuracy table of chars4 and default against both;
