@@ -26,7 +26,10 @@ func TestRoundRobinOrderAcrossVMs(t *testing.T) {
 }
 
 // TestRoundRobinConcurrentExact: VMs (goroutines, one balancer each) picking at once
-// on one store share a single rotation, so the split is exact. Run with -race.
+// on one store share a single rotation, so the split of the recorded picks is exact.
+// A pick whose cas lost 8 times in a row is served but not recorded (Lease.Unrecorded,
+// the bounded-retry rule); on a loaded 2-core machine that happens now and then with 8
+// goroutines, so the test allows a few and checks the rest. Run with -race.
 func TestRoundRobinConcurrentExact(t *testing.T) {
 	const vms, each, endpoints = 8, 300, 4
 	s := NewMemStore()
@@ -49,22 +52,32 @@ func TestRoundRobinConcurrentExact(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	all := slices.Concat(results...)
-	retries := 0
-	for _, l := range all {
-		if l.Unrecorded {
-			t.Fatalf("pick not recorded after %d retries", l.Retries)
-		}
+	var recorded []*Lease
+	retries, unrecorded := 0, 0
+	for _, l := range slices.Concat(results...) {
 		retries += l.Retries
+		if l.Unrecorded {
+			unrecorded++
+			continue
+		}
+		recorded = append(recorded, l)
 	}
-	if got, want := counts(endpoints, all), []int{600, 600, 600, 600}; !slices.Equal(got, want) {
-		t.Fatalf("distribution %v, want %v", got, want)
+	if unrecorded > vms*each/100 {
+		t.Fatalf("%d of %d picks not recorded after the retry bound", unrecorded, vms*each)
+	}
+	// Every recorded pick advanced the one shared counter by one, so the recorded
+	// picks took consecutive rotation slots: an even split, to within one.
+	got := counts(endpoints, recorded)
+	for _, c := range got {
+		if c < len(recorded)/endpoints || c > (len(recorded)+endpoints-1)/endpoints {
+			t.Fatalf("distribution of %d recorded picks %v, want an even split", len(recorded), got)
+		}
 	}
 	v, _, _ := s.Get(newTestBalancer(t, s, cfg, 0).keys.rotation)
-	if c, _ := parseRotation(v); c != vms*each {
-		t.Fatalf("rotation counter %d, want %d", c, vms*each)
+	if c, _ := parseRotation(v); c != uint64(len(recorded)) {
+		t.Fatalf("rotation counter %d, want %d (the recorded picks)", c, len(recorded))
 	}
-	t.Logf("%d picks, %d cas retries", len(all), retries)
+	t.Logf("%d picks, %d unrecorded, %d cas retries", vms*each, unrecorded, retries)
 }
 
 // TestCreateIfAbsent: two VMs that both find a key absent cannot overwrite each
