@@ -33,7 +33,7 @@ lint: ## gofmt and go vet (native and wasm)
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/... ./tokenest ./lb
 
-test: lint build unit race fuzz ## everything CI runs (README's test command)
+test: lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command); says SKIPPED for real Envoy when there is none
 
 unit: ## unit, dual native/wasm and e2e scenario tests
 	$(GO) test -count=1 ./...
