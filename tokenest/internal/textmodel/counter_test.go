@@ -216,9 +216,10 @@ func FuzzFastMatchesStep(f *testing.F) {
 	f.Fuzz(fastMatchesStep)
 }
 
-// TestFastMatchesStep runs FuzzFastMatchesStep's check on every
-// checked-in sample text, and on each as a JSON string.
-func TestFastMatchesStep(t *testing.T) {
+// eachSample calls check with the text of every checked-in sample, then
+// with the same text as the inside of a JSON string (escapes and all).
+func eachSample(t *testing.T, check func(text []byte)) {
+	t.Helper()
 	files, err := filepath.Glob("../../testdata/samples/*.jsonl")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no samples: %v", err)
@@ -233,11 +234,17 @@ func TestFastMatchesStep(t *testing.T) {
 			if err := json.Unmarshal(line, &s); err != nil {
 				t.Fatal(err)
 			}
-			fastMatchesStep(t, []byte(s.Text))
+			check([]byte(s.Text))
 			escaped, _ := json.Marshal(s.Text)
-			fastMatchesStep(t, escaped[1:len(escaped)-1])
+			check(escaped[1 : len(escaped)-1])
 		}
 	}
+}
+
+// TestFastMatchesStep runs FuzzFastMatchesStep's check on every
+// checked-in sample text, and on each as a JSON string.
+func TestFastMatchesStep(t *testing.T) {
+	eachSample(t, func(text []byte) { fastMatchesStep(t, text) })
 }
 
 func fastMatchesStep(t *testing.T, b []byte) {
@@ -363,25 +370,7 @@ func FuzzBlocksMatchStep(f *testing.F) {
 // the seeds, and on random texts drawn from the characters the rules turn
 // on, at every offset of a block.
 func TestBlocksMatchStep(t *testing.T) {
-	files, err := filepath.Glob("../../testdata/samples/*.jsonl")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no samples: %v", err)
-	}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
-			var s struct{ Text string }
-			if err := json.Unmarshal(line, &s); err != nil {
-				t.Fatal(err)
-			}
-			blocksMatchStep(t, []byte(s.Text))
-			escaped, _ := json.Marshal(s.Text)
-			blocksMatchStep(t, escaped[1:len(escaped)-1])
-		}
-	}
+	eachSample(t, func(text []byte) { blocksMatchStep(t, text) })
 	for _, s := range blockSeeds {
 		for shift := range 64 {
 			blocksMatchStep(t, []byte(strings.Repeat("x", shift)+s+s+s))
