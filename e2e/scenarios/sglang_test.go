@@ -125,6 +125,13 @@ func TestSGLang(t *testing.T) {
 			if r.Total > sglangDecoderTimeout/4 {
 				t.Errorf("answered after %s: the client waited for the decoder's room timeout (%s)", r.Total, sglangDecoderTimeout)
 			}
+			// The decode leg left with the prefill leg but may still be on its way
+			// to the mock when the 502 reaches the client: wait for it, so that it
+			// is neither missed here nor counted by the next subtest.
+			eventually(t, 5*time.Second, "the decode leg reaches a decoder", func() (bool, string) {
+				n := len(recorded(t, s.Decode, "decode"))
+				return n >= 1, fmt.Sprintf("%d decode requests", n)
+			})
 			if n := len(recorded(t, s.Decode, "decode")); n != 1 {
 				t.Errorf("%d decode requests, want 1 (sent with the prefill)", n)
 			}
