@@ -35,8 +35,9 @@ lint: ## gofmt and go vet (native and wasm)
 
 test: lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command); says SKIPPED for real Envoy when there is none
 
-unit: ## unit, dual native/wasm and e2e scenario tests
+unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without its amd64 kernels
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags purego ./tokenest/...
 
 race: ## the native concurrent code under the race detector
 	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/envoyemu/...

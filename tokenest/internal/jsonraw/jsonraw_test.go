@@ -1,11 +1,14 @@
 package jsonraw
 
 import (
+	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/pdroute/pdroute/tokenest/internal/simd"
 	"github.com/tidwall/gjson"
 )
 
@@ -151,6 +154,20 @@ func FuzzCountString(f *testing.F) {
 				t.Fatalf("CountString(%q) = %d characters, want %d", quoted, n, want)
 			}
 		}
+		// The 64-byte blocks: the input after a stretch of plain text
+		// and repeated, with the kernel and without.
+		long := append(bytes.Repeat([]byte("x"), 61), bytes.Repeat(b, 3)...)
+		quoted = append(append([]byte{'"'}, long...), '"')
+		end, n = CountString(quoted, 0)
+		prev := simd.Force(false)
+		end2, n2 := CountString(quoted, 0)
+		simd.Force(prev)
+		if end != end2 || n != n2 {
+			t.Fatalf("CountString(%q) = %d, %d with the kernel, %d, %d without", quoted, end, n, end2, n2)
+		}
+		if valid := json.Unmarshal(quoted, &s) == nil; valid != (end == len(quoted)) {
+			t.Fatalf("CountString(%q) ends at %d of %d; encoding/json valid: %v", quoted, end, len(quoted), valid)
+		}
 	})
 }
 
@@ -192,26 +209,70 @@ func TestWordMasks(t *testing.T) {
 }
 
 // TestCountStringAlignments puts every kind of escape, and a closing quote,
-// at every offset of the eight-byte words CountString reads, after runs of
-// backslashes of both parities.
+// at every offset of the eight-byte words and 64-byte blocks CountString
+// reads, after runs of backslashes of both parities, with and without the
+// vector kernel.
 func TestCountStringAlignments(t *testing.T) {
 	pieces := []string{`\\`, `\"`, `\n`, `\/`, `\u00e9`, `\ud83d\ude00`, `\ud83d`, `\\\"`, `\\\\`, "é", "日", `\x`, "\x01", `\u12x4`}
-	for pad := range 17 {
-		for _, p := range pieces {
-			for _, tail := range []string{"", "z", "0123456789abcdef"} {
-				raw := strings.Repeat("a", pad) + p + tail
-				quoted := []byte(`"` + raw + `"`)
-				end, n := CountString(quoted, 0)
-				var s string
-				if err := json.Unmarshal(quoted, &s); err != nil {
-					if end != -1 {
-						t.Errorf("CountString(%q) = %d, want -1 (%v)", quoted, end, err)
-					}
-					continue
+	eachPath(t, func(t *testing.T) {
+		for pad := range 140 {
+			for _, p := range pieces {
+				for _, tail := range []string{"", "z", "0123456789abcdef", strings.Repeat(`ab\n`, 40)} {
+					checkCount(t, strings.Repeat("a", pad)+p+tail)
 				}
-				if end != len(quoted) || n != utf8.RuneCountInString(s) {
-					t.Errorf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted), utf8.RuneCountInString(s))
+			}
+		}
+	})
+}
+
+// checkCount checks CountString on the JSON string of raw against
+// encoding/json: which strings are valid, and the count of characters.
+func checkCount(t *testing.T, raw string) {
+	t.Helper()
+	quoted := []byte(`"` + raw + `"`)
+	end, n := CountString(quoted, 0)
+	var s string
+	if err := json.Unmarshal(quoted, &s); err != nil {
+		if end != -1 {
+			t.Fatalf("CountString(%q) = %d, want -1 (%v)", quoted, end, err)
+		}
+		return
+	}
+	if end != len(quoted) || n != utf8.RuneCountInString(s) {
+		t.Fatalf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted), utf8.RuneCountInString(s))
+	}
+}
+
+// eachPath runs f with the vector kernels (where the machine has them)
+// and without.
+func eachPath(t *testing.T, f func(t *testing.T)) {
+	t.Run("kernels="+strconv.FormatBool(simd.Available), f)
+	if simd.Available {
+		defer simd.Force(simd.Force(false))
+		t.Run("kernels=false", f)
+	}
+}
+
+// TestEscapedBytes checks EscapedBytes against a byte-by-byte reading of
+// every arrangement of backslashes in 16 bits, at the start, middle and
+// end of a window.
+func TestEscapedBytes(t *testing.T) {
+	for pattern := range uint64(1 << 16) {
+		for _, shift := range []int{0, 1, 23, 48} {
+			bs := pattern << shift
+			var want uint64
+			escaping := false
+			for k := range 64 {
+				switch {
+				case escaping:
+					want |= 1 << k
+					escaping = false
+				case bs>>k&1 != 0:
+					escaping = true
 				}
+			}
+			if got, carry := EscapedBytes(bs); got != want || carry != escaping {
+				t.Fatalf("EscapedBytes(%#x) = %#x, %v; want %#x, %v", bs, got, carry, want, escaping)
 			}
 		}
 	}

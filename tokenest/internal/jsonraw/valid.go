@@ -2,6 +2,8 @@ package jsonraw
 
 import (
 	"math/bits"
+
+	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects Valid and Skip
@@ -169,8 +171,19 @@ func SkipString(b []byte, i int) int {
 // quote, \u escapes and errors leave the loop.
 func CountString(b []byte, i int) (end, n int) {
 	var carry uint64 // the previous word ended with an escaping backslash
+outer:
 	for i++; ; {
+		lim := len(b) // where the words hand back to the blocks
+		if simd.Available {
+			i, n, carry = countBlocks(b, i, n, carry)
+			if len(b)-i >= 128 {
+				lim = i + 64
+			}
+		}
 		for len(b)-i >= 8 {
+			if i >= lim {
+				continue outer
+			}
 			x := Word(b, i)
 			if stops(x) == 0 && carry == 0 {
 				n += 8 - continuations(x)
@@ -218,6 +231,56 @@ func CountString(b []byte, i int) (end, n int) {
 		}
 		i += w
 	}
+}
+
+// countBlocks is CountString's reader of 64-byte blocks, for machines
+// with the vector kernel (simd.Available): from b[i] (the first byte
+// escaped when carry is 1), while a block holds neither a quote nor a
+// control byte that is not escaped, nor an escape other than the two-byte
+// ones, it counts the block's characters as the word loop does. It
+// returns where it stopped, the count and the carry there.
+func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
+	for len(b)-i >= 64 {
+		p := (*[64]byte)(b[i : i+64])
+		stop, bslash, cont := simd.StringMasks(p)
+		if stop|bslash|carry == 0 {
+			n += 64 - bits.OnesCount64(cont)
+			i += 64
+			continue
+		}
+		// A backslash escaped from the last block escapes nothing.
+		escaped, out := EscapedBytes(bslash &^ carry)
+		escaped |= carry
+		if stop&^escaped != 0 {
+			break
+		}
+		for x := escaped; x != 0; x &= x - 1 {
+			if escapes[p[bits.TrailingZeros64(x)&63]] == 0 {
+				return i, n, carry
+			}
+		}
+		n += 64 - bits.OnesCount64(cont) - bits.OnesCount64(escaped)
+		carry = 0
+		if out {
+			carry = 1
+		}
+		i += 64
+	}
+	return i, n, carry
+}
+
+// EscapedBytes marks the bytes that a backslash escapes, given the
+// backslashes (bit k: byte k) of a window that starts outside any escape:
+// the bytes after an odd-length run of backslashes. Runs that start on an
+// odd bit are carried through by an addition, which tells runs of odd
+// length from runs of even length by the parity of the bit after them.
+// carry reports that the window ends with an escaping backslash.
+func EscapedBytes(bslash uint64) (escaped uint64, carry bool) {
+	const even = 0x5555555555555555
+	follows := bslash << 1
+	oddStarts := bslash &^ even &^ follows
+	evenEnds, c := bits.Add64(oddStarts, bslash, 0)
+	return (even ^ evenEnds<<1) & follows, c != 0
 }
 
 // escapeTable[bs | carry<<8] gives, for a word whose backslashes are the

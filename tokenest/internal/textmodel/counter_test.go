@@ -416,31 +416,6 @@ func jsonEscape(r rune, form int) string {
 	return string(r)
 }
 
-// TestEscapedBytes checks escapedBytes against a byte-by-byte reading of
-// every arrangement of backslashes in 16 bits, at the start, middle and
-// end of a window.
-func TestEscapedBytes(t *testing.T) {
-	for pattern := range uint64(1 << 16) {
-		for _, shift := range []int{0, 1, 23, 48} {
-			bs := pattern << shift
-			var want uint64
-			escaping := false
-			for k := range 64 {
-				switch {
-				case escaping:
-					want |= 1 << k
-					escaping = false
-				case bs>>k&1 != 0:
-					escaping = true
-				}
-			}
-			if got, carry := escapedBytes(bs); got != want || carry != escaping {
-				t.Fatalf("escapedBytes(%#x) = %#x, %v; want %#x, %v", bs, got, carry, want, escaping)
-			}
-		}
-	}
-}
-
 // TestKinds checks that the block reader classifies every three-byte
 // character it models (see multibyte) as classify does: Han found from the
 // bit planes, the others by kind3.

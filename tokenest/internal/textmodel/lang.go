@@ -33,15 +33,20 @@ const (
 	langOther   = 2
 )
 
-// langTable maps a packed word's slot (see langSlot) to the word and its
-// language, k<<2 | lang: a perfect hash of the listed words, so that a
+// langTable maps a packed word's slot (see langSlot) to the word, in the
+// high 32 bits, and what it adds to a count of function words (see
+// langCount), in the low: a perfect hash of the listed words, so that a
 // lookup is one load and one comparison (TestLangTable checks that no two
 // words share a slot).
-var langTable = func() (t [1 << langBits]uint32) {
+var langTable = func() (t [1 << langBits]uint64) {
 	for lang, words := range [...][]string{langEnglish: englishWords, langOther: otherWords} {
 		for _, w := range words {
 			k := packWord(w)
-			t[langSlot(k)] = k<<2 | uint32(lang)
+			inc := uint64(1) // English
+			if lang == langOther {
+				inc = 1 << 16
+			}
+			t[langSlot(k)] = uint64(k)<<32 | inc
 		}
 	}
 	return t
@@ -78,13 +83,22 @@ func packLetters(x uint64) uint32 { return uint32(x) & 0x1F1F1F1F }
 // keyMask keeps the first n ≤ 4 letters of a packed key.
 var keyMask = [8]uint32{1: 1<<8 - 1, 2: 1<<16 - 1, 3: 1<<24 - 1, 4: 1<<32 - 1}
 
-// wordLang returns the language of a packed lower-case word of 2–4 letters,
-// or 0 when it is not a listed function word.
+// langCount returns what the packed lower-case word k of 2–4 letters
+// adds to a count of function words that holds English ones in its low 16
+// bits and other languages' in the next 16: 1, 1<<16, or 0 when it is not
+// a listed function word. It has no branch: half the short words of a
+// prose text are function words, a coin toss for a branch predictor.
+func langCount(k uint32) uint32 {
+	e := langTable[langSlot(k)]
+	miss := uint32(e>>32) ^ k // 0 for the listed word
+	return uint32(e) &^ uint32(int32(miss|-miss)>>31)
+}
+
+// wordLang returns the language of a packed lower-case word of 2–4 letters
+// (langEnglish, langOther), or 0 when it is not a listed function word.
 func wordLang(k uint32) uint32 {
-	if e := langTable[langSlot(k)]; e>>2 == k {
-		return e & 3
-	}
-	return 0
+	n := langCount(k)
+	return n&1*langEnglish | n>>16*langOther
 }
 
 // englishness is the share of English among the function words seen,
