@@ -241,18 +241,26 @@ func hex4(s []byte) (rune, bool) {
 	if len(s) < 4 {
 		return 0, false
 	}
-	var r rune
-	for _, b := range s[:4] {
+	a, b, c, d := hexDigits[s[0]], hexDigits[s[1]], hexDigits[s[2]], hexDigits[s[3]]
+	if (a|b|c|d)&0xF0 != 0 {
+		return 0, false
+	}
+	return rune(a)<<12 | rune(b)<<8 | rune(c)<<4 | rune(d), true
+}
+
+// hexDigits maps a hex digit to its value and every other byte to 0xFF.
+var hexDigits = func() (t [256]byte) {
+	for c := range t {
 		switch {
-		case b >= '0' && b <= '9':
-			r = r<<4 | rune(b-'0')
-		case b >= 'a' && b <= 'f':
-			r = r<<4 | rune(b-'a'+10)
-		case b >= 'A' && b <= 'F':
-			r = r<<4 | rune(b-'A'+10)
+		case c >= '0' && c <= '9':
+			t[c] = byte(c - '0')
+		case c >= 'a' && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			t[c] = byte(c - 'A' + 10)
 		default:
-			return 0, false
+			t[c] = 0xFF
 		}
 	}
-	return r, true
-}
+	return t
+}()

@@ -213,7 +213,8 @@ func TestWordMasks(t *testing.T) {
 // reads, after runs of backslashes of both parities, with and without the
 // vector kernel.
 func TestCountStringAlignments(t *testing.T) {
-	pieces := []string{`\\`, `\"`, `\n`, `\/`, `\u00e9`, `\ud83d\ude00`, `\ud83d`, `\\\"`, `\\\\`, "é", "日", `\x`, "\x01", `\u12x4`}
+	pieces := []string{`\\`, `\"`, `\n`, `\/`, `\u00e9`, `\ud83d\ude00`, `\ud83d`, `\\\"`, `\\\\`, "é", "日", `\x`, "\x01", `\u12x4`,
+		`\ud83d\ud83d\ude00`, `\ude00`, `\uD83D\uDE00`, `\ud83d\u0041`, `\ud83dx`, `\ud83d\`, `\u4f60\u597d\u4e16\u754c\u4f60\u597d\u4e16\u754c\u4f60\u597d\u4e16\u754c`}
 	eachPath(t, func(t *testing.T) {
 		for pad := range 140 {
 			for _, p := range pieces {

@@ -175,7 +175,9 @@ outer:
 	for i++; ; {
 		lim := len(b) // where the words hand back to the blocks
 		if simd.Available {
-			i, n, carry = countBlocks(b, i, n, carry)
+			if i, n, carry = countBlocks(b, i, n, carry); carry == 0 && i < len(b) && b[i] == '"' {
+				return i + 1, n // the closing quote (the blocks stop at no escaped one)
+			}
 			if len(b)-i >= 128 {
 				lim = i + 64
 			}
@@ -235,31 +237,68 @@ outer:
 
 // countBlocks is CountString's reader of 64-byte blocks, for machines
 // with the vector kernel (simd.Available): from b[i] (the first byte
-// escaped when carry is 1), while a block holds neither a quote nor a
-// control byte that is not escaped, nor an escape other than the two-byte
-// ones, it counts the block's characters as the word loop does. It
-// returns where it stopped, the count and the carry there.
+// escaped when carry is 1) it counts characters as the word loop does,
+// 64 bytes at a time, up to the first quote or control byte that is not
+// escaped, or the first escape that is malformed or goes on into the next
+// block, and returns the offset of that byte or of the escape's backslash,
+// the count and the carry there. A \u escape is six bytes and one
+// character, a surrogate pair twelve and one (see DecodeEscape).
 func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
 	for len(b)-i >= 64 {
-		p := (*[64]byte)(b[i : i+64])
+		p := (*[64]byte)(b[i:])
 		stop, bslash, cont := simd.StringMasks(p)
-		if stop|bslash|carry == 0 {
-			n += 64 - bits.OnesCount64(cont)
-			i += 64
-			continue
+		if bslash|carry == 0 { // no escapes: plain text up to the first stop
+			if stop == 0 {
+				n += 64 - bits.OnesCount64(cont)
+				i += 64
+				continue
+			}
+			end := bits.TrailingZeros64(stop)
+			return i + end, n + end - bits.OnesCount64(cont&(1<<end-1)), 0
 		}
 		// A backslash escaped from the last block escapes nothing.
 		escaped, out := EscapedBytes(bslash &^ carry)
 		escaped |= carry
-		if stop&^escaped != 0 {
-			break
+		end := 64 // where the counted part of the block ends
+		if s := stop &^ escaped; s != 0 {
+			end = bits.TrailingZeros64(s)
 		}
-		for x := escaped; x != 0; x &= x - 1 {
-			if escapes[p[bits.TrailingZeros64(x)&63]] == 0 {
-				return i, n, carry
+		extra := 0 // bytes of \u escapes that the count takes for characters
+		for x := escaped & (1<<end - 1); x != 0; x &= x - 1 {
+			k := bits.TrailingZeros64(x) & 63
+			if escapes[p[k]] != 0 {
+				continue
 			}
+			ok := p[k] == 'u' && k <= 59
+			var r rune
+			if ok {
+				r, ok = hex4(p[k+1 : k+5])
+			}
+			if ok && r >= 0xD800 && r < 0xDC00 {
+				// a high surrogate: the low one must be in the block
+				// to tell a pair (one character) from a lone one
+				if ok = k <= 53; ok && p[k+5] == '\\' && p[k+6] == 'u' {
+					if lo, isHex := hex4(p[k+7 : k+11]); isHex && lo >= 0xDC00 && lo < 0xE000 {
+						extra++
+					}
+				}
+			}
+			if !ok {
+				end = k - 1 // the word loop reads the escape, from its backslash
+				break
+			}
+			extra += 4
 		}
-		n += 64 - bits.OnesCount64(cont) - bits.OnesCount64(escaped)
+		if end < 64 {
+			// The part before end, without the escapes after it; at
+			// -1 the backslash that the last block counted.
+			m := uint64(1)<<(end&63) - 1
+			if end < 0 {
+				m = 0
+			}
+			return i + end, n + end - bits.OnesCount64(cont&m) - bits.OnesCount64(escaped&m) - extra, 0
+		}
+		n += 64 - bits.OnesCount64(cont) - bits.OnesCount64(escaped) - extra
 		carry = 0
 		if out {
 			carry = 1
