@@ -547,21 +547,14 @@ func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 	}
 	prev := letters<<1 | carried
 	switches := cl.letter &^ (cl.letter << 1) & (prev &^ (cl.letter << 1)) // Latin after another script
-	for _, sc := range [...]struct {
-		m      uint64
-		script uint8
-		chars  int
-	}{{cl.han, sHan, FHanChars}, {cl.kana, sKana, FKanaChars}, {cl.hangul, sHangul, FHangulChars}} {
-		if sc.m == 0 {
-			continue
-		}
-		same := sc.m << 1
-		if sc.script == carry {
-			same |= carried
-		}
-		f[sc.chars] += pop(sc.m &^ cl.cont & in)
-		f[sc.chars+1] += pop(sc.m &^ (sc.m >> 1) & in) // runs
-		switches |= sc.m &^ same & (prev &^ same)
+	if cl.han != 0 {
+		switches |= c.scriptRuns(cl.han, cl.cont, in, prev, carried, carry == sHan, FHanChars)
+	}
+	if cl.kana != 0 {
+		switches |= c.scriptRuns(cl.kana, cl.cont, in, prev, carried, carry == sKana, FKanaChars)
+	}
+	if cl.hangul != 0 {
+		switches |= c.scriptRuns(cl.hangul, cl.cont, in, prev, carried, carry == sHangul, FHangulChars)
 	}
 	f[FScriptSwitches] += pop(switches & in)
 	first := (letters &^ cl.letter) &^ prev & in // words whose first segment is one of them
@@ -569,6 +562,21 @@ func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 	f[FPrefixWSOther] += pop(first & (cl.blank << 1))
 	f[FPrefixPunctOther] += pop(first & (joins &^ cl.uni << 1))
 	f[FPrefixUniOther] += pop(first & (joins & cl.uni << 1))
+}
+
+// scriptRuns counts the characters and the runs of one per-character
+// script of a block (see cjkWords), whose letters are m, into the features
+// chars and chars+1, and returns the letters of m that change script inside
+// a letter run; carries tells whether the run going on from the last block
+// (carried, bit -1) is of this script.
+func (c *Counter) scriptRuns(m, cont, in, prev, carried uint64, carries bool, chars int) uint64 {
+	same := m << 1
+	if carries {
+		same |= carried
+	}
+	c.feat[chars] += pop(m &^ cont & in)
+	c.feat[chars+1] += pop(m &^ (m >> 1) & in) // runs
+	return m &^ same & (prev &^ same)
 }
 
 // functionWords looks up the lower-case words of two to four letters of a
