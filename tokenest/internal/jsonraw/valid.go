@@ -164,7 +164,10 @@ func SkipString(b []byte, i int) int {
 // the offset after the closing quote and the count, or -1 when the string
 // is not valid JSON.
 //
-// It reads eight bytes at a time. A word without quotes, backslashes or
+// Where the vector kernel is available (simd.Available), countBlocks reads
+// 64 bytes at a time first and the word loop below takes over only around
+// what the blocks leave (see countBlocks), for at most 64 bytes. The word
+// loop reads eight bytes at a time. A word without quotes, backslashes or
 // control characters is counted with one population count; a word with
 // two-byte escapes (\n, \", \\, …, frequent in code) is counted in place
 // too, its escaped bytes found with escapeTable, so only the closing

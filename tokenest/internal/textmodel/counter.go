@@ -473,9 +473,9 @@ func latinShape(n, up uint32, firstUp bool) int {
 // it is a function word of English or of another language (see lang.go).
 func (c *Counter) countLang(n, key uint32) {
 	if n-2 <= 2 {
-		n := langCount(key)
-		c.english += n & 0xFFFF
-		c.other += n >> 16
+		counts := langCount(key)
+		c.english += counts & 0xFFFF
+		c.other += counts >> 16
 	}
 }
 
