@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // benchBody builds a /v1/completions body whose prompt holds about tokens
@@ -114,5 +116,42 @@ func BenchmarkEstimateChat(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// asciiOnly rewrites a JSON body as Python's json.dumps writes it by
+// default (ensure_ascii): every non-ASCII character of its strings as a \u
+// escape, those above U+FFFF as a surrogate pair.
+func asciiOnly(body []byte) []byte {
+	var out []byte
+	for _, r := range string(body) {
+		switch {
+		case r < utf8.RuneSelf:
+			out = append(out, byte(r))
+		case r <= 0xFFFF:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		default:
+			hi, lo := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, hi, lo)
+		}
+	}
+	return out
+}
+
+// BenchmarkEstimateEscaped measures both methods on the Chinese prompt of
+// 32k tokens sent with every non-ASCII character escaped (six bytes per
+// character instead of three), as Python clients send it by default.
+func BenchmarkEstimateEscaped(b *testing.B) {
+	body := asciiOnly(benchBody(b, "chinese", 32<<10))
+	for _, m := range []Method{Chars4, Default} {
+		b.Run(fmt.Sprintf("%s/chinese/32k", m), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Estimate(body, "/v1/completions", m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

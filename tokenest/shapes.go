@@ -580,37 +580,10 @@ func (t *tally) toolCall(k, v int) (int, error) {
 	return 0, partError("want a string or an object")
 }
 
-var space = []byte{' '}
-
 // renderJSON scans a raw JSON value as the text a chat template prints for
-// it (Python's json.dumps: ", " and ": " separators, no other white space,
-// escapes kept).
+// it (see jsonraw.RenderPython).
 func renderJSON(c *textmodel.Counter, raw []byte) {
-	start, inStr := 0, false
-	for i := 0; i < len(raw); i++ {
-		ch := raw[i]
-		if inStr {
-			switch ch {
-			case '\\':
-				i++
-			case '"':
-				inStr = false
-			}
-			continue
-		}
-		switch ch {
-		case '"':
-			inStr = true
-		case ' ', '\t', '\n', '\r':
-			c.Part(raw[start:i])
-			start = i + 1
-		case ',', ':':
-			c.Part(raw[start : i+1])
-			c.Part(space)
-			start = i + 1
-		}
-	}
-	c.Part(raw[min(start, len(raw)):])
+	jsonraw.RenderPython(raw, c.Part, c.PartRune)
 	c.End(len(raw))
 }
 

@@ -390,3 +390,35 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapedBodies checks that how a client escapes its JSON does not
+// change the estimate: the bodies of every sample class and the chat
+// body, as Go writes them and with every non-ASCII character as a \u
+// escape (Python's default), give identical results with both methods.
+func TestEscapedBodies(t *testing.T) {
+	type body struct {
+		name, path string
+		b          []byte
+	}
+	var bodies []body
+	for _, class := range []string{"english", "chinese", "japanese", "korean", "russian", "german", "code", "json"} {
+		bodies = append(bodies, body{class, "/v1/completions", benchBody(t, class, 2<<10)})
+	}
+	bodies = append(bodies, body{"chat", "/v1/chat/completions", chatBody(t, 4<<10)})
+	for _, bd := range bodies {
+		escaped := asciiOnly(bd.b)
+		for _, m := range []Method{Chars4, Default} {
+			want, err := Estimate(bd.b, bd.path, m)
+			if err != nil {
+				t.Fatalf("%s %s: %v", bd.name, m, err)
+			}
+			got, err := Estimate(escaped, bd.path, m)
+			if err != nil {
+				t.Fatalf("%s %s, escaped: %v", bd.name, m, err)
+			}
+			if got != want {
+				t.Errorf("%s %s: escaped body %+v, as written %+v", bd.name, m, got, want)
+			}
+		}
+	}
+}

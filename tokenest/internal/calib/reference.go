@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 	"github.com/tiktoken-go/tokenizer"
 )
 
@@ -154,28 +155,17 @@ func contentText(raw json.RawMessage) (string, error) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// RenderJSON re-renders a JSON value as Python's json.dumps does by default
-// (", " and ": " separators, no other white space), keeping key order and
-// escapes. Chat templates render tool definitions this way.
+// RenderJSON re-renders a JSON value as a chat template's tojson does
+// (Python's json.dumps with ensure_ascii=False: ", " and ": " separators,
+// no other white space, key order kept, strings escaped only where they
+// must be; see jsonraw.RenderPython). Chat templates render tool
+// definitions this way.
 func RenderJSON(raw []byte) string {
 	var c bytes.Buffer
 	if err := json.Compact(&c, raw); err != nil {
 		return string(raw)
 	}
 	var b strings.Builder
-	inStr, esc := false, false
-	for _, ch := range c.Bytes() {
-		b.WriteByte(ch)
-		switch {
-		case esc:
-			esc = false
-		case inStr && ch == '\\':
-			esc = true
-		case ch == '"':
-			inStr = !inStr
-		case !inStr && (ch == ',' || ch == ':'):
-			b.WriteByte(' ')
-		}
-	}
+	jsonraw.RenderPython(c.Bytes(), func(p []byte) { b.Write(p) }, func(r rune) { b.WriteRune(r) })
 	return b.String()
 }

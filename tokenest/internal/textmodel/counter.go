@@ -54,6 +54,8 @@ type Counter struct {
 	english, other uint32
 	lastEnglish    float64
 
+	runeBuf [utf8.UTFMax]byte // PartRune's character
+
 	mode uint8
 
 	// word state: the current script segment of the letter run
@@ -130,6 +132,13 @@ func (c *Counter) JSONString(b []byte, i int) int {
 // Part scans part of a plain text; call End when the text is complete. It
 // lets a caller feed a text from several places without copying.
 func (c *Counter) Part(s []byte) { c.scan(s, 0, false) }
+
+// PartRune continues the current text with the character r, as Part
+// would with its UTF-8 bytes.
+func (c *Counter) PartRune(r rune) {
+	n := utf8.EncodeRune(c.runeBuf[:], r)
+	c.scan(c.runeBuf[:n], 0, false)
+}
 
 // End closes the current text at input offset pos (used only for Trace)
 // and adds its cost: the dot product of its counts with Weights, the Latin

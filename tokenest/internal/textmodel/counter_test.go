@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
@@ -210,7 +211,8 @@ func trace(c *Counter) *[]traced {
 // estimate.
 func FuzzFastMatchesStep(f *testing.F) {
 	for _, s := range []string{"Hello world, it's 2024.\n\n\tfunc main() {}", "日本語のテキスト。Linux系统", `a\u00e9\n\t\"x\"`,
-		"\xff\xfe  \n\t x", "\\", "camelCaseWORDs Xy", "don't  (self  \r\n  end.  ", "Съешь же ещё", "नमस्ते"} {
+		"\xff\xfe  \n\t x", "\\", "camelCaseWORDs Xy", "don't  (self  \r\n  end.  ", "Съешь же ещё", "नमस्ते",
+		`\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3002Linux\u7cfb\u7edf \ud840\udc0b\u4e2d \ud840 \u4e2d\uac00`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(fastMatchesStep)
@@ -390,7 +392,7 @@ func TestBlocksMatchStep(t *testing.T) {
 			tok := tokens[rng.IntN(len(tokens))]
 			plain.WriteString(tok)
 			if r, size := utf8.DecodeRuneInString(tok); size == len(tok) && r != utf8.RuneError {
-				escaped.WriteString(jsonEscape(r, rng.IntN(3)))
+				escaped.WriteString(jsonEscape(r, rng.IntN(4)))
 			} else {
 				escaped.WriteString(tok)
 			}
@@ -402,12 +404,16 @@ func TestBlocksMatchStep(t *testing.T) {
 
 // jsonEscape writes r in a JSON string in one of the forms JSON allows:
 // form 0 is the shortest, 1 a two-byte escape where there is one, 2 a \u
-// escape for any ASCII character.
+// escape for any ASCII character, 3 \u escapes for any character (a
+// surrogate pair above U+FFFF), as Python's json.dumps writes non-ASCII.
 func jsonEscape(r rune, form int) string {
 	short := map[rune]string{'"': `\"`, '\\': `\\`, '\n': `\n`, '\r': `\r`, '\t': `\t`, '\b': `\b`, '\f': `\f`, '/': `\/`}
 	switch {
-	case form == 2 && r < utf8.RuneSelf:
+	case form == 2 && r < utf8.RuneSelf || form == 3 && r <= 0xFFFF:
 		return fmt.Sprintf(`\u%04x`, r)
+	case form == 3:
+		hi, lo := utf16.EncodeRune(r)
+		return fmt.Sprintf(`\u%04X\u%04x`, hi, lo)
 	case short[r] != "" && (form == 1 || r < 0x20 || r == '"' || r == '\\'):
 		return short[r]
 	case r < 0x20:

@@ -59,7 +59,7 @@ func (c *Counter) scan(s []byte, i int, json bool) int {
 					i = c.latinRun(s, i)
 					continue
 				}
-			} else if j := c.sameScriptRun(s, i); j > i {
+			} else if j := c.sameScriptRun(s, i, json); j > i {
 				i = j
 				continue
 			}
@@ -134,17 +134,33 @@ func (c *Counter) scan(s []byte, i int, json bool) int {
 
 // sameScriptRun continues a segment of a script other than Latin with the
 // letters of that script at s[i:] and returns the offset after them. Han
-// and Hangul, the bulk of CJK text, take no call.
-func (c *Counter) sameScriptRun(s []byte, i int) int {
+// and Hangul, the bulk of CJK text, take no call. In a JSON string (json)
+// the letters may also be \u escapes, which is how Python's json.dumps
+// sends every non-ASCII character by default.
+func (c *Counter) sameScriptRun(s []byte, i int, json bool) int {
 	want := charInfo(cLetter) | charInfo(c.script)<<3
 	n := c.segLen
-	for i < len(s) && s[i] >= utf8.RuneSelf {
-		r, size := decode3(s[i:])
+	for i < len(s) {
+		var (
+			r    rune
+			size int
+		)
+		switch {
+		case s[i] >= utf8.RuneSelf:
+			r, size = decode3(s[i:])
+			if size == 0 {
+				r, size = decodeRune(s[i:])
+			}
+		case json && s[i] == '\\' && i+1 < len(s) && s[i+1] == 'u':
+			if r, size = jsonraw.DecodeEscape(s[i:]); size == 0 {
+				size = -1 // malformed: step reports it
+			}
+		}
+		if size <= 0 {
+			break
+		}
 		var ci charInfo
 		switch {
-		case size == 0:
-			r, size = decodeRune(s[i:])
-			ci = infoOf(r)
 		case r >= 0x4E00 && r <= 0x9FFF:
 			ci = hanInfo
 		case r >= 0xAC00 && r <= 0xD7A3:

@@ -1,0 +1,73 @@
+package jsonraw
+
+import "unicode/utf8"
+
+// RenderPython calls emit and emitRune with consecutive pieces of the
+// valid JSON value raw as Python's json.dumps(v, ensure_ascii=False)
+// prints it, which is what chat templates' tojson prints (transformers
+// renders them so): ", " and ": " between items and no other white space,
+// and in strings only quotes, backslashes and control characters escaped,
+// \n \r \t \b \f in their two-byte form and the others as \u00xx. So a
+// value prints the same whatever escapes its client chose: \u escapes of
+// other characters (all of them from Python's default json.dumps, <, > and
+// & from Go's encoder) print as the characters, through emitRune, and \/
+// as /. A lone surrogate escape, which has no UTF-8 form, is printed as it
+// came. emit may be called with an empty piece and must not keep the
+// slice. Neither function is kept, so passing closures costs no
+// allocation.
+func RenderPython(raw []byte, emit func([]byte), emitRune func(rune)) {
+	start, inStr := 0, false
+	for i := 0; i < len(raw); i++ {
+		ch := raw[i]
+		if inStr {
+			switch {
+			case ch == '"':
+				inStr = false
+			case ch == '\\' && i+1 < len(raw) && (raw[i+1] == 'u' || raw[i+1] == '/'):
+				r, size := DecodeEscape(raw[i:])
+				if v, _ := hex4(raw[min(i+2, len(raw)):]); size == 0 || r == utf8.RuneError && v != utf8.RuneError {
+					i++ // malformed or a lone surrogate: as it came
+					continue
+				}
+				emit(raw[start:i])
+				start = i + size
+				i += size - 1
+				if r < 0x20 || r == '"' || r == '\\' {
+					emit(pythonEscapes[r&0x7F])
+				} else {
+					emitRune(r)
+				}
+			case ch == '\\':
+				i++ // a two-byte escape that json.dumps writes too
+			}
+			continue
+		}
+		switch ch {
+		case '"':
+			inStr = true
+		case ' ', '\t', '\n', '\r':
+			emit(raw[start:i])
+			start = i + 1
+		case ',', ':':
+			emit(raw[start : i+1])
+			emit(separatorSpace)
+			start = i + 1
+		}
+	}
+	emit(raw[min(start, len(raw)):])
+}
+
+var separatorSpace = []byte{' '}
+
+// pythonEscapes holds json.dumps's escapes of the control characters, the
+// quote and the backslash.
+var pythonEscapes = func() (t [128][]byte) {
+	const hex = "0123456789abcdef"
+	for r := range 0x20 {
+		t[r] = []byte{'\\', 'u', '0', '0', hex[r>>4], hex[r&0xF]}
+	}
+	for r, c := range map[byte]byte{'"': '"', '\\': '\\', '\n': 'n', '\r': 'r', '\t': 't', '\b': 'b', '\f': 'f'} {
+		t[r] = []byte{'\\', c}
+	}
+	return t
+}()
