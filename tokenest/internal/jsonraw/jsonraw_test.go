@@ -103,17 +103,27 @@ func TestCountString(t *testing.T) {
 		{"", 0}, {"abc", 3}, {"日本語", 3}, {`\n\t\"`, 3}, {`\u00e9\ud83d\ude00`, 2}, {`\ud83d`, 1}, {`\ud83d\u0041`, 2},
 		{"😀😀😀😀😀😀😀😀x", 9}, {"\xff\xfe", 2}, {"long ascii text past eight bytes é", 34}, {`eight by\\tes \/ more`, 19},
 		{`\`, -1}, {"tab\tinside", -1}, {`\x41`, -1}, {`\u12`, -1}, {`\u12g4 long enough`, -1}, {"ctl \x01 later in a long string", -1},
+		{"日本", 2}, {"é", 1}, {"a\x01", -1}, {`a\"`, 2}, {"seven!!", 7}, {"eight!!!", 8},
 	} {
-		quoted := []byte(`"` + tt.raw + `"`)
-		end, n := CountString(quoted, 0)
+		// alone, and followed by more of a body (short strings take a
+		// shortcut when eight bytes follow the opening quote; an invalid
+		// string could become valid with more, so those go alone)
+		rests := []string{"", `, "next": [1, 2, 3]}`}
 		if tt.want < 0 {
-			if end != -1 {
-				t.Errorf("CountString(%q) = %d, %d; want -1 (invalid)", quoted, end, n)
-			}
-			continue
+			rests = rests[:1]
 		}
-		if end != len(quoted) || n != tt.want {
-			t.Errorf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted), tt.want)
+		for _, rest := range rests {
+			quoted := []byte(`"` + tt.raw + `"` + rest)
+			end, n := CountString(quoted, 0)
+			if tt.want < 0 {
+				if end != -1 {
+					t.Errorf("CountString(%q) = %d, %d; want -1 (invalid)", quoted, end, n)
+				}
+				continue
+			}
+			if end != len(quoted)-len(rest) || n != tt.want {
+				t.Errorf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted)-len(rest), tt.want)
+			}
 		}
 	}
 }
@@ -153,6 +163,11 @@ func FuzzCountString(f *testing.F) {
 			if want := utf8.RuneCountInString(s); n != want {
 				t.Fatalf("CountString(%q) = %d characters, want %d", quoted, n, want)
 			}
+		}
+		// A valid string followed by more of a body: the same end and
+		// count (an invalid one may become valid, or end elsewhere).
+		if e, c := CountString(append(quoted[:len(quoted):len(quoted)], `,"k":1}`...), 0); end >= 0 && (e != end || c != n) {
+			t.Fatalf("CountString(%q) = %d, %d, followed by more: %d, %d", quoted, end, n, e, c)
 		}
 		// The 64-byte blocks: the input after a stretch of plain text
 		// and repeated, with the kernel and without.

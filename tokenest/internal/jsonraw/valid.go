@@ -173,6 +173,16 @@ func SkipString(b []byte, i int) int {
 // too, its escaped bytes found with escapeTable, so only the closing
 // quote, \u escapes and errors leave the loop.
 func CountString(b []byte, i int) (end, n int) {
+	if len(b)-i > 8 {
+		// A string of up to seven bytes (most keys): its closing quote
+		// is the first stop of the word after the opening one.
+		if x := Word(b, i+1); stops(x) != 0 {
+			k := bits.TrailingZeros64(stops(x)) >> 3
+			if b[i+1+k] == '"' {
+				return i + 2 + k, k - continuations(x&(1<<(8*k)-1))
+			}
+		}
+	}
 	var carry uint64 // the previous word ended with an escaping backslash
 outer:
 	for i++; ; {
