@@ -140,11 +140,31 @@ func (l *listenerRuntime) serve(w http.ResponseWriter, r *http.Request) {
 	wk.post(func() { s.start(h, !hasBody) })
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex()
+	bodyDone := make(chan struct{})
 	if hasBody {
-		go s.readBody(r)
+		go func() {
+			defer close(bodyDone)
+			s.readBody(r)
+		}()
+	} else {
+		close(bodyDone)
 	}
 	s.writeLoop(w, rc, r.Context())
+	// A reply that did not wait for the whole request (a 413, an early
+	// error) leaves the client sending. Envoy then reads and discards the
+	// rest for up to its delayed_close_timeout (1 s) before it closes the
+	// connection, so that the client reads the reply instead of a reset;
+	// readBody drains, bounded by this deadline.
+	_ = rc.SetReadDeadline(time.Now().Add(delayedClose))
+	<-bodyDone
 }
+
+// delayedClose is Envoy's default delayed_close_timeout.
+const delayedClose = time.Second
+
+// maxDrain bounds what is read and discarded of a request whose stream
+// ended first.
+const maxDrain = 16 << 20
 
 // requestHeaderMap is what Envoy's HTTP/1 codec and HCM give the filter chain:
 // pseudo-headers, the request headers (sorted: Go does not keep their order),
@@ -179,6 +199,12 @@ func newUUID() string {
 // client (an Envoy watermark disables reading the connection).
 func (s *stream) readBody(r *http.Request) {
 	for {
+		select {
+		case <-s.done: // the stream ended first: drain (see serve)
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
+			return
+		default:
+		}
 		buf := make([]byte, requestChunk)
 		n, err := r.Body.Read(buf)
 		eof := err == io.EOF
@@ -199,13 +225,12 @@ func (s *stream) readBody(r *http.Request) {
 		if trailers != nil {
 			s.w.post(func() { s.onRequestTrailers(trailers) })
 		}
+		if eof {
+			return
+		}
 		select {
 		case <-ack:
 		case <-s.done:
-			return
-		}
-		if eof {
-			return
 		}
 	}
 }

@@ -119,21 +119,39 @@ func TestSGLang(t *testing.T) {
 			reset(t, s)
 			faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultStatus, Status: 500})
 			r := post(t, s, "/v1/completions", completion(longPrompt, map[string]any{"stream": stream}), nil)
-			if r.Status != 502 || r.errorCode(t) != "PREFILL_FAILED" {
-				t.Fatalf("got %d %s, want 502 PREFILL_FAILED", r.Status, r.Body)
+			// Both legs are in flight and either may report first: the filter's
+			// 502 when the prefill's 500 arrives first, else the decoder's own
+			// error (SGLang's decoder fails the room when its prefill fails,
+			// here within milliseconds), passed through. Seen under load.
+			decoderFirst := r.Status == 500 && strings.Contains(string(r.Body), "KVTransferError")
+			if !decoderFirst && (r.Status != 502 || r.errorCode(t) != "PREFILL_FAILED") {
+				t.Fatalf("got %d %s, want 502 PREFILL_FAILED or the decoder's 500", r.Status, r.Body)
 			}
 			if r.Total > sglangDecoderTimeout/4 {
 				t.Errorf("answered after %s: the client waited for the decoder's room timeout (%s)", r.Total, sglangDecoderTimeout)
 			}
-			// The decode leg left with the prefill leg but may still be on its way
-			// to the mock when the 502 reaches the client: wait for it, so that it
-			// is neither missed here nor counted by the next subtest.
-			eventually(t, 5*time.Second, "the decode leg reaches a decoder", func() (bool, string) {
-				n := len(recorded(t, s.Decode, "decode"))
-				return n >= 1, fmt.Sprintf("%d decode requests", n)
-			})
-			if n := len(recorded(t, s.Decode, "decode")); n != 1 {
-				t.Errorf("%d decode requests, want 1 (sent with the prefill)", n)
+			// The decode leg left with the prefill leg. The 502 resets it, which
+			// may happen before or after it reached a decoder: count the decode
+			// requests of this request's bootstrap room (a leg still on its way
+			// from an earlier subtest has another), after giving an in-flight
+			// one a moment to land. Never more than one.
+			_, pre := recordedBy(t, s.Prefill, "prefill")
+			pb, _ := pre.JSON()
+			room := jsonString(pb["bootstrap_room"])
+			ofRoom := func() int {
+				n := 0
+				for _, d := range recorded(t, s.Decode, "decode") {
+					if db, _ := d.JSON(); jsonString(db["bootstrap_room"]) == room {
+						n++
+					}
+				}
+				return n
+			}
+			for deadline := time.Now().Add(time.Second); ofRoom() == 0 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := ofRoom(); n > 1 {
+				t.Errorf("%d decode requests of room %s, want at most 1 (sent with the prefill)", n, room)
 			}
 		})
 	}
