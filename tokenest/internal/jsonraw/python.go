@@ -60,14 +60,17 @@ func RenderPython(raw []byte, emit func([]byte), emitRune func(rune)) {
 var separatorSpace = []byte{' '}
 
 // pythonEscapes holds json.dumps's escapes of the control characters, the
-// quote and the backslash.
+// quote and the backslash: the two-byte escapes that decode to them (see
+// escapes; all but \/), else \u00xx.
 var pythonEscapes = func() (t [128][]byte) {
 	const hex = "0123456789abcdef"
 	for r := range 0x20 {
 		t[r] = []byte{'\\', 'u', '0', '0', hex[r>>4], hex[r&0xF]}
 	}
-	for r, c := range map[byte]byte{'"': '"', '\\': '\\', '\n': 'n', '\r': 'r', '\t': 't', '\b': 'b', '\f': 'f'} {
-		t[r] = []byte{'\\', c}
+	for c, r := range escapes {
+		if r != 0 && c != '/' {
+			t[r] = []byte{'\\', byte(c)}
+		}
 	}
 	return t
 }()

@@ -277,6 +277,8 @@ func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
 			end = bits.TrailingZeros64(s)
 		}
 		extra := 0 // bytes of \u escapes that the count takes for characters
+		// DecodeEscape's rules, inlined: calling it here ran \u-escaped
+		// text 36 % slower (BenchmarkEstimateEscaped, interleaved).
 		for x := escaped & (1<<end - 1); x != 0; x &= x - 1 {
 			k := bits.TrailingZeros64(x) & 63
 			if escapes[p[k]] != 0 {

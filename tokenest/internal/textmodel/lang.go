@@ -94,13 +94,6 @@ func langCount(k uint32) uint32 {
 	return uint32(e) &^ uint32(int32(miss|-miss)>>31)
 }
 
-// wordLang returns the language of a packed lower-case word of 2–4 letters
-// (langEnglish, langOther), or 0 when it is not a listed function word.
-func wordLang(k uint32) uint32 {
-	n := langCount(k)
-	return n&1*langEnglish | n>>16*langOther
-}
-
 // englishness is the share of English among the function words seen,
 // smoothed towards English: text without any (code, JSON, a name) is
 // treated as English, which is what identifiers mostly are.
