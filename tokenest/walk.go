@@ -1,6 +1,7 @@
 package tokenest
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
@@ -60,11 +61,10 @@ func (t *tally) object(v int, keys []string, m *members, visit func(k, v int) (i
 			if i >= len(b) || b[i] != '"' {
 				return 0, ErrNotJSON
 			}
-			end := jsonraw.SkipString(b, i)
+			k, end := keyAt(b, i, keys)
 			if end < 0 {
 				return 0, ErrNotJSON
 			}
-			k := keyIndex(b[i+1:end-1], keys)
 			if i = jsonraw.SkipSpace(b, end); i >= len(b) || b[i] != ':' {
 				return 0, ErrNotJSON
 			}
@@ -118,14 +118,27 @@ func (t *tally) object(v int, keys []string, m *members, visit func(k, v int) (i
 	return i, nil
 }
 
-// keyIndex returns the index in keys of the raw key body k, or -1.
-func keyIndex(k []byte, keys []string) int {
-	for i, name := range keys {
-		if jsonraw.KeyIs(k, name) {
-			return i
+// keyAt reads the key at b[i] (b[i] == '"') and returns its index in keys
+// (or -1) and the offset after it (or -1 when it is not a valid string). A
+// key written as one of the names (no escapes, the usual case) is found
+// without a separate validation: the name and the closing quote after it
+// make a valid string. Any other key is validated, and decoded (KeyIs)
+// only when it has an escape.
+func keyAt(b []byte, i int, keys []string) (k, end int) {
+	for k, name := range keys {
+		if e := i + 1 + len(name); e < len(b) && b[e] == '"' && b[i+1] == name[0] && string(b[i+1:e]) == name {
+			return k, e + 1
 		}
 	}
-	return -1
+	if end = jsonraw.SkipString(b, i); end < 0 || bytes.IndexByte(b[i+1:end-1], '\\') < 0 {
+		return -1, end
+	}
+	for k, name := range keys {
+		if jsonraw.KeyIs(b[i+1:end-1], name) {
+			return k, end
+		}
+	}
+	return -1, end
 }
 
 // array reads the array at t.b[v] (t.b[v] == '['), calling elem with the

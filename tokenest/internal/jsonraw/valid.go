@@ -173,13 +173,20 @@ func SkipString(b []byte, i int) int {
 // too, its escaped bytes found with escapeTable, so only the closing
 // quote, \u escapes and errors leave the loop.
 func CountString(b []byte, i int) (end, n int) {
-	if len(b)-i > 8 {
-		// A string of up to seven bytes (most keys): its closing quote
-		// is the first stop of the word after the opening one.
-		if x := Word(b, i+1); stops(x) != 0 {
+	if len(b)-i > 16 {
+		// A string of up to fifteen bytes (most keys and roles): its
+		// closing quote is the first stop of the two words after the
+		// opening one.
+		x := Word(b, i+1)
+		if stops(x) == 0 {
+			n = 8 - continuations(x)
+			i += 8
+			x = Word(b, i+1)
+		}
+		if stops(x) != 0 {
 			k := bits.TrailingZeros64(stops(x)) >> 3
 			if b[i+1+k] == '"' {
-				return i + 2 + k, k - continuations(x&(1<<(8*k)-1))
+				return i + 2 + k, n + k - continuations(x&(1<<(8*k)-1))
 			}
 		}
 	}
@@ -249,17 +256,24 @@ outer:
 }
 
 // countBlocks is CountString's reader of 64-byte blocks, for machines
-// with the vector kernel (simd.Available): from b[i] (the first byte
-// escaped when carry is 1) it counts characters as the word loop does,
-// 64 bytes at a time, up to the first quote or control byte that is not
+// with the vector kernels (simd.Available): from b[i] (the first byte
+// escaped when carry is 1) it counts characters as the word loop does, 64
+// bytes at a time, up to the first quote or control byte that is not
 // escaped, or the first escape that is malformed or goes on into the next
 // block, and returns the offset of that byte or of the escape's backslash,
-// the count and the carry there. A \u escape is six bytes and one
-// character, a surrogate pair twelve and one (see DecodeEscape).
+// the count and the carry there. simd.StringBlocks counts the blocks of
+// plain text and two-byte escapes; the loop below reads the block it stops
+// at: one that ends the string, or holds a \u escape (six bytes and one
+// character, a surrogate pair twelve and one, see DecodeEscape) or an
+// error.
 func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
 	for len(b)-i >= 64 {
+		done, chars, next, stop, bslash, cont := simd.StringBlocks(&b[i], len(b)-i, carry)
+		i, n, carry = i+done, n+chars, next
+		if len(b)-i < 64 {
+			break
+		}
 		p := (*[64]byte)(b[i:])
-		stop, bslash, cont := simd.StringMasks(p)
 		if bslash|carry == 0 { // no escapes: plain text up to the first stop
 			if stop == 0 {
 				n += 64 - bits.OnesCount64(cont)

@@ -14,13 +14,27 @@ func BenchmarkPlanes(b *testing.B) {
 	}
 }
 
-func BenchmarkStringMasks(b *testing.B) {
+// BenchmarkStringBlocks reads 4 KiB of plain text with a \n escape every
+// 32 bytes.
+func BenchmarkStringBlocks(b *testing.B) {
 	if !Available {
 		b.Skip("no kernels")
 	}
-	var p [64]byte
-	b.SetBytes(64)
+	p := make([]byte, 4096)
+	for i := range p {
+		switch i % 32 {
+		case 30:
+			p[i] = '\\'
+		case 31:
+			p[i] = 'n'
+		default:
+			p[i] = 'a'
+		}
+	}
+	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		StringMasks(&p)
+		if done, _, _, _, _, _ := StringBlocks(&p[0], len(p), 0); done != len(p) {
+			b.Fatalf("stopped at %d", done)
+		}
 	}
 }

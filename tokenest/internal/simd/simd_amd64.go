@@ -3,14 +3,14 @@
 package simd
 
 // Available reports whether the kernels may be called: the CPU has AVX2
-// and the operating system saves the YMM registers. Tests set it to false
+// and POPCNT, and the operating system saves the YMM registers. Tests set it to false
 // to run the pure-Go paths on the same machine.
 var Available = hasAVX2()
 
 func hasAVX2() bool {
 	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
+	const popcnt, osxsave, avx = 1 << 23, 1 << 27, 1 << 28
+	if ecx1&popcnt == 0 || ecx1&osxsave == 0 || ecx1&avx == 0 {
 		return false
 	}
 	if eax, _ := xgetbv(); eax&6 != 6 { // XMM and YMM state enabled
@@ -32,13 +32,21 @@ func xgetbv() (eax, edx uint32)
 //go:noescape
 func Planes(p *[64]byte, out *[8]uint64)
 
-// StringMasks describes the 64 bytes at p as a JSON string's body:
-// bitmaps (bit k: byte k) of the bytes that stop a plain stretch (quotes
-// and control bytes), of the backslashes, and of the UTF-8 continuation
-// bytes (0x80–0xBF).
+// StringBlocks counts the characters of a JSON string's body from p, n
+// bytes of which may be read, 64 bytes at a time: the blocks with no quote
+// or control byte that is not escaped and no escape but two-byte ones
+// (\n, \", …), each counted as jsonraw's CountString counts (every byte
+// that is not a UTF-8 continuation byte, less the escaped bytes). carry is
+// 1 when the first byte is escaped by a backslash before p. It stops
+// before the first block that is not such a block, or when fewer than 64
+// bytes are left, and returns the bytes it counted (a multiple of 64), the
+// characters, the carry into the next block, and that block's bitmaps (bit
+// k: byte k) of quotes and control bytes, of backslashes and of UTF-8
+// continuation bytes (0x80–0xBF), all zero when fewer than 64 bytes are
+// left.
 //
 //go:noescape
-func StringMasks(p *[64]byte) (stop, bslash, cont uint64)
+func StringBlocks(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64)
 
 // Force sets Available to on, if the machine has the kernels, and returns
 // the value it had: tests run the pure-Go paths with

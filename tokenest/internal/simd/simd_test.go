@@ -1,7 +1,9 @@
 package simd
 
 import (
+	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -15,7 +17,8 @@ func planesRef(p *[64]byte) (out [8]uint64) {
 	return out
 }
 
-// stringMasksRef is the definition of StringMasks, byte by byte.
+// stringMasksRef gives the masks StringBlocks returns for a block, byte by
+// byte.
 func stringMasksRef(p *[64]byte) (stop, bslash, cont uint64) {
 	for k, c := range p {
 		if c == '"' || c < 0x20 {
@@ -31,6 +34,50 @@ func stringMasksRef(p *[64]byte) (stop, bslash, cont uint64) {
 	return
 }
 
+// stringBlocksRef is the definition of StringBlocks, byte by byte.
+func stringBlocksRef(p []byte, carry uint64) (done, chars int, out, stop, bslash, cont uint64) {
+	for ; len(p)-done >= 64; done += 64 {
+		blk := (*[64]byte)(p[done:])
+		stop, bslash, cont = stringMasksRef(blk)
+		var escaped uint64
+		escaping := carry == 1
+		ok := true
+		for k, c := range blk {
+			switch {
+			case escaping:
+				escaped |= 1 << k
+				escaping = false
+				ok = ok && strings.IndexByte(`"\/bfnrt`, c) >= 0
+			case c == '\\':
+				escaping = true
+			}
+		}
+		if !ok || stop&^escaped != 0 {
+			return done, chars, carry, stop, bslash, cont
+		}
+		chars += 64 - bits.OnesCount64(cont) - bits.OnesCount64(escaped)
+		carry = 0
+		if escaping {
+			carry = 1
+		}
+	}
+	return done, chars, carry, 0, 0, 0
+}
+
+func checkBlocks(t *testing.T, p []byte, carry uint64) {
+	t.Helper()
+	var first *byte
+	if len(p) > 0 {
+		first = &p[0]
+	}
+	d, c, o, s, b, n := StringBlocks(first, len(p), carry)
+	wd, wc, wo, ws, wb, wn := stringBlocksRef(p, carry)
+	if d != wd || c != wc || o != wo || s != ws || b != wb || n != wn {
+		t.Fatalf("StringBlocks(%q, %d) = %d %d %d %x %x %x, want %d %d %d %x %x %x",
+			p, carry, d, c, o, s, b, n, wd, wc, wo, ws, wb, wn)
+	}
+}
+
 func check(t *testing.T, p *[64]byte) {
 	t.Helper()
 	var got [8]uint64
@@ -38,10 +85,8 @@ func check(t *testing.T, p *[64]byte) {
 	if want := planesRef(p); got != want {
 		t.Fatalf("Planes(%q) = %x, want %x", p[:], got, want)
 	}
-	s, b, c := StringMasks(p)
-	if ws, wb, wc := stringMasksRef(p); s != ws || b != wb || c != wc {
-		t.Fatalf("StringMasks(%q) = %x %x %x, want %x %x %x", p[:], s, b, c, ws, wb, wc)
-	}
+	checkBlocks(t, p[:], 0)
+	checkBlocks(t, p[:], 1)
 }
 
 // TestKernels checks the kernels against their definitions: every byte
@@ -71,6 +116,22 @@ func TestKernels(t *testing.T) {
 		}
 		check(t, &p)
 	}
+	// StringBlocks over runs of blocks: mostly plain text, with escapes
+	// (two-byte, \u, malformed), quotes and control bytes here and there.
+	text := []byte("plain text, and more 文字 of it; ")
+	rare := []string{`\n`, `\"`, `\\`, `\/`, `\t`, `\u00e9`, `\x`, `\\\`, `\`, `"`, "\x01", "\xe2\x82\xac"}
+	var buf []byte
+	for r := range 20000 {
+		buf = buf[:0]
+		for n := rng.IntN(400); len(buf) < n; {
+			if rng.IntN(12) == 0 {
+				buf = append(buf, rare[rng.IntN(len(rare))]...)
+			} else {
+				buf = append(buf, text[rng.IntN(len(text))])
+			}
+		}
+		checkBlocks(t, buf, uint64(r&1))
+	}
 }
 
 // FuzzKernels compares the kernels with their definitions on any block.
@@ -83,5 +144,7 @@ func FuzzKernels(f *testing.F) {
 		var p [64]byte
 		copy(p[:], b)
 		check(t, &p)
+		checkBlocks(t, b, 0)
+		checkBlocks(t, b, 1)
 	})
 }
