@@ -143,46 +143,64 @@ func (c *Counter) PartRune(r rune) {
 // End closes the current text at input offset pos (used only for Trace)
 // and adds its cost: the dot product of its counts with Weights, the Latin
 // features weighted by the text's Englishness.
+//
+// The weights are whole thousandths (tokcalib rounds them so), so the
+// dot products are sums of integers (milliWeights), exact and without a
+// chain of floating-point additions: the English and the other weights of
+// the Latin features give two sums, mixed by the Englishness once. Groups
+// of counts that most texts leave at zero (Latin words with capitals, each
+// alphabet by length) are skipped with one branch each when they are.
 func (c *Counter) End(pos int) {
 	c.flush(pos)
 	e := englishness(c.english, c.other)
-	// A zero count adds ±0, which leaves the sum as it is, so the groups
-	// of counts that most texts leave at zero (Latin words with capitals,
-	// each alphabet by length) are skipped with one branch each when they
-	// are, and every other count is added in order, zeros included,
-	// without a branch each (a text's handful of pieces would make one
-	// unpredictable): the sum is bit for bit the sum over every count.
-	var sum float64
+	var en, other, rest int64 // thousandths of a token
 	for i := range latinLens {
-		sum += float64(c.feat[i]) * (e*Weights[i] + (1-e)*Weights[OtherLatin+i])
+		f := int64(c.feat[i])
+		en += f * milliWeights[i]
+		other += f * milliWeights[OtherLatin+i]
 	}
 	for g := FLatinTitle; g < fLatinRunsEnd; g += latinLens {
 		if zero(c.feat[g : g+latinLens]) {
 			continue
 		}
 		for i := g; i < g+latinLens; i++ {
-			sum += float64(c.feat[i]) * (e*Weights[i] + (1-e)*Weights[OtherLatin+i])
+			f := int64(c.feat[i])
+			en += f * milliWeights[i]
+			other += f * milliWeights[OtherLatin+i]
 		}
 	}
 	for i := fLatinRunsEnd; i < NumLatin; i++ {
-		sum += float64(c.feat[i]) * (e*Weights[i] + (1-e)*Weights[OtherLatin+i])
+		f := int64(c.feat[i])
+		en += f * milliWeights[i]
+		other += f * milliWeights[OtherLatin+i]
 	}
 	for g := FCyrillic; g < fAlphaEnd; g += alphaLens {
 		if zero(c.feat[g : g+alphaLens]) {
 			continue
 		}
 		for i := g; i < g+alphaLens; i++ {
-			sum += float64(c.feat[i]) * Weights[i]
+			rest += int64(c.feat[i]) * milliWeights[i]
 		}
 	}
 	for i := fAlphaEnd; i < NumFeatures; i++ {
-		sum += float64(c.feat[i]) * Weights[i]
+		rest += int64(c.feat[i]) * milliWeights[i]
 	}
-	c.sum += int64(math.Round(sum * nano))
+	const perMilli = nano / 1000
+	latin := e*float64(en) + (1-e)*float64(other)
+	c.sum += rest*perMilli + int64(math.Round(latin*perMilli))
 	c.lastEnglish = e
 	c.feat = [NumFeatures]uint32{}
 	c.english, c.other = 0, 0
 }
+
+// milliWeights holds Weights in thousandths of a token, as integers
+// (TestMilliWeights checks that they are exact).
+var milliWeights = func() (w [NumWeights]int64) {
+	for i, v := range Weights {
+		w[i] = int64(math.Round(v * 1000))
+	}
+	return w
+}()
 
 // zero reports whether all of counts (a multiple of four) are zero.
 func zero(counts []uint32) bool {

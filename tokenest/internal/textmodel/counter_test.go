@@ -110,6 +110,16 @@ func FuzzText(f *testing.F) {
 
 // TestLangTable checks that the perfect hash keeps every listed function
 // word, with its language, and that other words are not found.
+// TestMilliWeights checks that every weight is a whole number of
+// thousandths, which End's integer dot products rely on.
+func TestMilliWeights(t *testing.T) {
+	for i, v := range Weights {
+		if float64(milliWeights[i])/1000 != v {
+			t.Errorf("weight %s = %v, not a whole number of thousandths", FeatureName(i), v)
+		}
+	}
+}
+
 func TestLangTable(t *testing.T) {
 	for count, words := range map[uint32][]string{1: englishWords, 1 << 16: otherWords} {
 		for _, w := range words {
