@@ -450,12 +450,24 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	ends := punct &^ (punct >> 1)
 	letters := cl.letter | cl.han | cl.kana | cl.hangul
 	joins := ends & (starts | (starts&lead)<<2) & (letters >> 1) & in
-	c.words(cl, b, in, joins)
-	if cjk := cl.han | cl.kana | cl.hangul; cjk != 0 {
-		c.cjkWords(cl, in, joins, carry)
+	// A block of CJK text often has no Latin letter or no white space
+	// at all, and words and whiteSpace then count nothing: they are
+	// skipped there (and called unconditionally elsewhere, where the test
+	// would only add a branch).
+	cjk := cl.han|cl.kana|cl.hangul != 0
+	if !cjk || cl.letter&in != 0 {
+		c.words(cl, b, in, joins)
 	}
-	c.punctRuns(cl, in, joins)
-	c.whiteSpace(cl, in)
+	if cjk {
+		c.cjkWords(cl, in, joins, carry)
+		c.punctRuns(cl, in, joins)
+		if (cl.space|cl.blank|cl.newline)&in != 0 {
+			c.whiteSpace(cl, in)
+		}
+	} else {
+		c.punctRuns(cl, in, joins)
+		c.whiteSpace(cl, in)
+	}
 	// Digit runs: ⌈n/3⌉ groups each, the group starts found three
 	// digits at a time.
 	digit := cl.digit
