@@ -520,29 +520,28 @@ func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
 	f[FLatinLower+8] += pop(e9 &^ e)
 	// Longer words, and words with capitals (Title, UPPER, mixed), one at
 	// a time.
-	// The shape is looked up, not branched on: a block's words come in no
-	// order a predictor could learn. A word here with no capital is one of
-	// e. isZero(x) is 1 when 0 ≤ x < 2^63 is 0, else 0.
-	isZero := func(x int) int { return int(uint(x-1) >> 63) }
 	for rest := e | ends&^e1; rest != 0; rest &= rest - 1 {
 		end := bits.TrailingZeros64(rest) & 63
 		s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
-		n := end - s + 1
-		up := bits.OnesCount64(upper & (2<<end - 1<<s))
-		title := isZero(up ^ 1 | int(^upper>>s&1)) // one capital, the first letter
-		shape := latinShapes[isZero(n-up)|title<<1|isZero(up)<<2]
-		d := n - latinLens
-		long := d &^ (d >> 63) // letters beyond latinLens
-		f[FLatinLongChars] += uint32(long)
-		f[shape+n-long-1]++
+		n := uint32(end - s + 1)
+		shape := FLatinLower
+		if e>>end&1 == 0 {
+			up := pop(upper & (2<<end - 1<<s))
+			shape = FLatinMixed
+			if up == n {
+				shape = FLatinUpper
+			}
+			if up == 1 && upper>>s&1 != 0 {
+				shape = FLatinTitle
+			}
+		}
+		if n > latinLens {
+			f[FLatinLongChars] += n - latinLens
+			n = latinLens
+		}
+		f[shape+int(n)-1]++
 	}
 }
-
-// latinShapes[upper | title<<1 | lower<<2] is the shape feature of a word
-// whose letters are all capitals (upper), whose first letter is its only
-// capital (title), or which has no capital (lower): Title over UPPER for a
-// one-letter capital, Mixed when none holds.
-var latinShapes = [8]int{FLatinMixed, FLatinUpper, FLatinTitle, FLatinTitle, FLatinLower, FLatinLower, FLatinLower, FLatinLower}
 
 // cjkWords counts the letters of the per-character scripts (Han, kana,
 // Hangul) of a block (see block): characters and runs of each, the script
