@@ -450,21 +450,10 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	ends := punct &^ (punct >> 1)
 	letters := cl.letter | cl.han | cl.kana | cl.hangul
 	joins := ends & (starts | (starts&lead)<<2) & (letters >> 1) & in
-	// A block of CJK text often has no Latin letter or no white space
-	// at all, and words and whiteSpace then count nothing: they are
-	// skipped there (and called unconditionally elsewhere, where the test
-	// would only add a branch).
-	cjk := cl.han|cl.kana|cl.hangul != 0
-	if !cjk || cl.letter&in != 0 {
-		c.words(cl, b, in, joins)
-	}
-	if cjk {
-		c.cjkWords(cl, in, joins, carry)
-		c.punctRuns(cl, in, joins)
-		if (cl.space|cl.blank|cl.newline)&in != 0 {
-			c.whiteSpace(cl, in)
-		}
+	if cl.han|cl.kana|cl.hangul != 0 {
+		c.cjkBlock(cl, b, in, joins, carry)
 	} else {
+		c.words(cl, b, in, joins)
 		c.punctRuns(cl, in, joins)
 		c.whiteSpace(cl, in)
 	}
@@ -474,6 +463,21 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	three := digit & (digit << 1) & (digit << 2)
 	for groups := digit &^ (digit << 1) & in; groups != 0; groups = groups << 3 & three {
 		c.feat[FDigitGroups] += pop(groups)
+	}
+}
+
+// cjkBlock is block's counting for a block with letters of the
+// per-character scripts. Such a block often has no Latin letter or no
+// white space at all, and words and whiteSpace then count nothing: they
+// are skipped there (elsewhere the test would only add a branch).
+func (c *Counter) cjkBlock(cl *classes, b []byte, in, joins uint64, carry uint8) {
+	if cl.letter&in != 0 {
+		c.words(cl, b, in, joins)
+	}
+	c.cjkWords(cl, in, joins, carry)
+	c.punctRuns(cl, in, joins)
+	if (cl.space|cl.blank|cl.newline)&in != 0 {
+		c.whiteSpace(cl, in)
 	}
 }
 
