@@ -79,17 +79,17 @@ func (t *tally) walk(body []byte, sh shape) error {
 
 // Members each shape reads, in the order it reads them.
 var (
-	completionKeys = []string{"prompt"}
-	generateKeys   = []string{"text", "input_ids", "image_data"}
-	chatKeys       = []string{"messages", "tools", "functions"}
-	responsesKeys  = []string{"instructions", "input", "tools"}
-	messageKeys    = []string{"role", "name", "content", "tool_calls"}
+	completionKeys = newKeys("prompt")
+	generateKeys   = newKeys("text", "input_ids", "image_data")
+	chatKeys       = newKeys("messages", "tools", "functions")
+	responsesKeys  = newKeys("instructions", "input", "tools")
+	messageKeys    = newKeys("role", "name?", "content?", "tool_calls?")
 	// a Responses input item: its type, a message's members, a function
 	// call's and a function call output's
-	itemKeys     = []string{"type", "role", "name", "content", "tool_calls", "arguments", "output"}
-	partKeys     = []string{"type", "text", "refusal"}
-	toolCallKeys = []string{"function"}
-	functionKeys = []string{"name", "arguments"}
+	itemKeys     = newKeys("type", "role", "name", "content", "tool_calls", "arguments", "output")
+	partKeys     = newKeys("type", "text", "refusal")
+	toolCallKeys = newKeys("function")
+	functionKeys = newKeys("name", "arguments")
 )
 
 func (t *tally) result() Result {
@@ -297,7 +297,7 @@ func (t *tally) generate(m *members, k, v int) (int, error) {
 // chat reads member k (chatKeys) of a chat completion body.
 func (t *tally) chat(k, v int) (int, error) {
 	if k > 0 {
-		return t.toolDefs(v, chatKeys[k])
+		return t.toolDefs(v, chatKeys.names[k])
 	}
 	if !t.present(v) {
 		return 0, ErrNoInput

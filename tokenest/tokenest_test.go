@@ -146,6 +146,10 @@ func TestEstimate(t *testing.T) {
 			want: Result{Tokens: 2, Method: Chars4, Breakdown: Breakdown{Text: 2}}},
 		{name: "invalid UTF-8 is counted, not rejected", path: "/v1/completions", m: Chars4, body: "{\"prompt\":\"\xff\xfeabcdef\"}",
 			want: Result{Tokens: 2, Method: Chars4, Breakdown: Breakdown{Text: 2}}},
+		{name: "an escaped key is the key it decodes to", path: "/v1/completions", body: `{"pr\u006fmpt":"abcdefgh"}`, m: Chars4,
+			want: Result{Tokens: 2, Method: Chars4, Breakdown: Breakdown{Text: 2}}},
+		{name: "a key that a name is a prefix of is another key", path: "/v1/completions", body: `{"prompts":"abcdefghijklmnop","prompt":"abcd"}`, m: Chars4,
+			want: Result{Tokens: 1, Method: Chars4, Breakdown: Breakdown{Text: 1}}},
 		{name: "duplicate key: the last wins, as in Python", path: "/v1/completions", body: `{"prompt":"aaaaaaaaaaaa","prompt":[7]}`,
 			want: Result{Tokens: 1, Exact: true, Breakdown: Breakdown{TokenIDs: 1}}},
 	}

@@ -3,6 +3,7 @@ package tokenest
 import (
 	"bytes"
 	"errors"
+	"strings"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 )
@@ -38,16 +39,16 @@ func (m *members) value(k int) int { return m.at[k] - 1 }
 
 // object reads the object at t.b[v] (t.b[v] == '{') and returns the offset
 // after it. visit is called once for each of keys: with the offset of its
-// value (the last one, if the key repeats), or with -1 if it is missing;
-// it reads the value, returning the offset after it, and may look where
-// other members are through m. The members not in keys are validated and
+// value (the last one, if the key repeats), or with -1 if it is missing
+// (not at all for a missing optional key); it reads the value, returning
+// the offset after it, and may look where other members are through m. The members not in keys are validated and
 // skipped.
 //
 // Streaming, visit is called in document order as members come, and for
 // the missing keys at the end; a repeated key stops the walk with errRetry.
 // Ordered, the members are located first and visit is called in the order
 // of keys.
-func (t *tally) object(v int, keys []string, m *members, visit func(k, v int) (int, error)) (int, error) {
+func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (int, error)) (int, error) {
 	b := t.b
 	if t.depth >= jsonraw.MaxDepth {
 		return 0, ErrNotJSON
@@ -102,11 +103,13 @@ func (t *tally) object(v int, keys []string, m *members, visit func(k, v int) (i
 			break
 		}
 	}
-	for k := range keys {
+	for k := range keys.names {
 		var err error
 		switch {
 		case m.at[k] == 0:
-			_, err = visit(k, -1)
+			if keys.optional>>k&1 == 0 {
+				_, err = visit(k, -1)
+			}
 		case t.ordered:
 			_, err = visit(k, m.at[k]-1)
 		}
@@ -118,22 +121,70 @@ func (t *tally) object(v int, keys []string, m *members, visit func(k, v int) (i
 	return i, nil
 }
 
+// keySet is the list of members an object handler reads (at most
+// maxKeys), with each name and the closing quote after it packed into two
+// little-endian words, for keyAt.
+type keySet struct {
+	names        []string
+	words, masks [maxKeys][2]uint64
+	// optional marks (bit k) the members whose handler does nothing when
+	// they are missing: object does not call it for them.
+	optional uint64
+}
+
+// newKeys makes the keySet of names, each of at most 15 bytes with no
+// quote or backslash in it; a name written with a "?" after it is
+// optional (see keySet).
+func newKeys(names ...string) *keySet {
+	ks := &keySet{names: make([]string, len(names))}
+	if len(names) > maxKeys {
+		panic("tokenest: too many keys")
+	}
+	for n, name := range names {
+		if opt, ok := strings.CutSuffix(name, "?"); ok {
+			name = opt
+			ks.optional |= 1 << n
+		}
+		ks.names[n] = name
+		q := name + `"`
+		if len(q) > 16 || strings.ContainsAny(name, `"\\`) {
+			panic("tokenest: key " + name)
+		}
+		for j := range len(q) {
+			ks.words[n][j/8] |= uint64(q[j]) << (8 * (j % 8))
+			ks.masks[n][j/8] |= 0xFF << (8 * (j % 8))
+		}
+	}
+	return ks
+}
+
 // keyAt reads the key at b[i] (b[i] == '"') and returns its index in keys
 // (or -1) and the offset after it (or -1 when it is not a valid string). A
 // key written as one of the names (no escapes, the usual case) is found
-// without a separate validation: the name and the closing quote after it
-// make a valid string. Any other key is validated, and decoded (KeyIs)
-// only when it has an escape.
-func keyAt(b []byte, i int, keys []string) (k, end int) {
-	for k, name := range keys {
-		if e := i + 1 + len(name); e < len(b) && b[e] == '"' && b[i+1] == name[0] && string(b[i+1:e]) == name {
-			return k, e + 1
+// without a separate validation, by comparing the 16 bytes after the
+// opening quote with the name and its closing quote: such a key is a
+// valid string. Any other key is validated, and decoded (KeyIs) only when
+// it has an escape.
+func keyAt(b []byte, i int, keys *keySet) (k, end int) {
+	if i+17 <= len(b) {
+		x0, x1 := jsonraw.Word(b, i+1), jsonraw.Word(b, i+9)
+		for k := range keys.names {
+			w, m := &keys.words[k&(maxKeys-1)], &keys.masks[k&(maxKeys-1)]
+			if x0&m[0] == w[0] && x1&m[1] == w[1] {
+				return k, i + 2 + len(keys.names[k])
+			}
+		}
+	} else {
+		for k, name := range keys.names {
+			if e := i + 1 + len(name); e < len(b) && b[e] == '"' && string(b[i+1:e]) == name {
+				return k, e + 1
+			}
 		}
 	}
 	if end = jsonraw.SkipString(b, i); end < 0 || bytes.IndexByte(b[i+1:end-1], '\\') < 0 {
 		return -1, end
 	}
-	for k, name := range keys {
+	for k, name := range keys.names {
 		if jsonraw.KeyIs(b[i+1:end-1], name) {
 			return k, end
 		}
