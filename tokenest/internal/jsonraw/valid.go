@@ -37,10 +37,10 @@ func Skip(b []byte, i, depth int) int {
 			if depth >= MaxDepth {
 				return -1
 			}
-			if c == '{' {
-				stack[depth/64] |= 1 << (depth % 64)
+			if d := uint(depth); c == '{' { // unsigned: shifts, not divisions
+				stack[d/64] |= 1 << (d % 64)
 			} else {
-				stack[depth/64] &^= 1 << (depth % 64)
+				stack[d/64] &^= 1 << (d % 64)
 			}
 			depth++
 			i = SkipSpace(b, i+1)
@@ -78,7 +78,8 @@ func Skip(b []byte, i, depth int) int {
 			if i >= len(b) {
 				return -1
 			}
-			obj := stack[(depth-1)/64]&(1<<((depth-1)%64)) != 0
+			d := uint(depth - 1)
+			obj := stack[d/64]>>(d%64)&1 != 0
 			switch {
 			case b[i] == ',':
 				i = SkipSpace(b, i+1)
