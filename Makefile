@@ -45,7 +45,7 @@ race: ## the native concurrent code under the race detector
 fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 	@./.ci/fuzz-all $(FUZZTIME)
 
-bench: build ## every benchmark area (~4 min; output in build/bench/); figures go to BENCHMARKS.md
+bench: build ## every benchmark area (~5 min; output in build/bench/); figures go to BENCHMARKS.md
 	./.ci/bench $(BENCH_AREAS)
 
 demo: build ## start the stack on loopback, send three requests, print what happened

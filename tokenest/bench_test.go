@@ -1,41 +1,17 @@
 package tokenest
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/pdroute/pdroute/tokenest/internal/benchdata"
 )
 
 // benchBody builds a /v1/completions body whose prompt holds about tokens
 // cl100k tokens of a class's checked-in sample text, repeated.
 func benchBody(tb testing.TB, class string, tokens int) []byte {
 	tb.Helper()
-	data, err := os.ReadFile("testdata/samples/" + class + ".jsonl")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var text strings.Builder
-	for n := 0; n < tokens; {
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			var s struct {
-				Text   string `json:"text"`
-				Cl100k int    `json:"cl100k"`
-			}
-			if err := json.Unmarshal([]byte(line), &s); err != nil {
-				tb.Fatal(err)
-			}
-			text.WriteString(s.Text)
-			text.WriteString("\n\n")
-			if n += s.Cl100k; n >= tokens {
-				break
-			}
-		}
-	}
-	body, err := json.Marshal(map[string]any{"model": "m", "prompt": text.String(), "max_tokens": 16})
+	body, err := benchdata.Prompt("testdata/samples", class, tokens)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -64,36 +40,11 @@ func BenchmarkEstimate(b *testing.B) {
 }
 
 // chatBody builds a /v1/chat/completions body of about tokens cl100k
-// tokens: the messages (string and part contents, names, tool calls) and
-// tools of the checked-in chat samples, repeated.
+// tokens: the messages (string and part contents, names, tool calls) of the
+// checked-in chat samples, repeated, and the first sample's tools.
 func chatBody(tb testing.TB, tokens int) []byte {
 	tb.Helper()
-	data, err := os.ReadFile("testdata/samples/chat.jsonl")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var messages, tools []json.RawMessage
-	for n := 0; n < tokens; {
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			var s struct {
-				Body struct {
-					Messages, Tools []json.RawMessage
-				} `json:"body"`
-				Cl100k int `json:"cl100k"`
-			}
-			if err := json.Unmarshal([]byte(line), &s); err != nil {
-				tb.Fatal(err)
-			}
-			messages = append(messages, s.Body.Messages...)
-			if len(tools) == 0 {
-				tools = s.Body.Tools
-			}
-			if n += s.Cl100k; n >= tokens {
-				break
-			}
-		}
-	}
-	body, err := json.Marshal(map[string]any{"model": "m", "messages": messages, "tools": tools, "stream": true})
+	body, err := benchdata.Chat("testdata/samples", tokens)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -119,30 +70,11 @@ func BenchmarkEstimateChat(b *testing.B) {
 	}
 }
 
-// asciiOnly rewrites a JSON body as Python's json.dumps writes it by
-// default (ensure_ascii): every non-ASCII character of its strings as a \u
-// escape, those above U+FFFF as a surrogate pair.
-func asciiOnly(body []byte) []byte {
-	var out []byte
-	for _, r := range string(body) {
-		switch {
-		case r < utf8.RuneSelf:
-			out = append(out, byte(r))
-		case r <= 0xFFFF:
-			out = fmt.Appendf(out, `\u%04x`, r)
-		default:
-			hi, lo := utf16.EncodeRune(r)
-			out = fmt.Appendf(out, `\u%04x\u%04x`, hi, lo)
-		}
-	}
-	return out
-}
-
 // BenchmarkEstimateEscaped measures both methods on the Chinese prompt of
 // 32k tokens sent with every non-ASCII character escaped (six bytes per
 // character instead of three), as Python clients send it by default.
 func BenchmarkEstimateEscaped(b *testing.B) {
-	body := asciiOnly(benchBody(b, "chinese", 32<<10))
+	body := benchdata.ASCIIOnly(benchBody(b, "chinese", 32<<10))
 	for _, m := range []Method{Chars4, Default} {
 		b.Run(fmt.Sprintf("%s/chinese/32k", m), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdroute/pdroute/tokenest/internal/benchdata"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -410,7 +412,7 @@ func TestEscapedBodies(t *testing.T) {
 	}
 	bodies = append(bodies, body{"chat", "/v1/chat/completions", chatBody(t, 4<<10)})
 	for _, bd := range bodies {
-		escaped := asciiOnly(bd.b)
+		escaped := benchdata.ASCIIOnly(bd.b)
 		for _, m := range []Method{Chars4, Default} {
 			want, err := Estimate(bd.b, bd.path, m)
 			if err != nil {

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestRun runs the driver on every class and on bad flags.
+func TestRun(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		err  string // a substring of the error, or "" for success
+	}{
+		{args: "-class english -tokens 1024 -method chars4 -n 2"},
+		{args: "-class chinese -tokens 1024"},
+		{args: "-class code -tokens 1024"},
+		{args: "-class chat -tokens 1024 -method chars4"},
+		{args: "-class escaped -tokens 1024"},
+		{args: "-class klingon", err: `unknown class "klingon"`},
+		{args: "-method chars5", err: "chars5"},
+		{args: "-samples /nonexistent", err: "no such file"},
+		{args: "-bogus", err: "bogus"},
+	} {
+		var out bytes.Buffer
+		args := strings.Fields(c.args)
+		if !strings.Contains(c.args, "-samples") {
+			args = append(args, "-samples", "../../../testdata/samples")
+		}
+		err := run(args, &out)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v", c.args, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want one with %q", c.args, err, c.err)
+		case c.err == "":
+			if n, e := strconv.Atoi(strings.TrimSpace(out.String())); e != nil || n < 1024 {
+				t.Errorf("%s: printed %q, want the body's length", c.args, out.String())
+			}
+		}
+	}
+}
