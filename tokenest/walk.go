@@ -41,8 +41,8 @@ func (m *members) value(k int) int { return m.at[k] - 1 }
 // after it. visit is called once for each of keys: with the offset of its
 // value (the last one, if the key repeats), or with -1 if it is missing
 // (not at all for a missing optional key); it reads the value, returning
-// the offset after it, and may look where other members are through m. The members not in keys are validated and
-// skipped.
+// the offset after it, and may look where other members are through m.
+// The members not in keys are validated and skipped.
 //
 // Streaming, visit is called in document order as members come, and for
 // the missing keys at the end; a repeated key stops the walk with errRetry.
