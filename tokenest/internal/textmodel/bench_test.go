@@ -85,3 +85,14 @@ func BenchmarkRunsFloor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkShortText measures one short text (a chat message's name or a
+// short argument): the per-text cost, mostly End's dot product.
+func BenchmarkShortText(b *testing.B) {
+	s := []byte("The quick brown fox, 42 times.")
+	var c Counter
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		c.Text(s)
+	}
+}
