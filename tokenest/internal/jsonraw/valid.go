@@ -269,7 +269,13 @@ outer:
 // error.
 func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
 	for len(b)-i >= 64 {
-		done, chars, next, stop, bslash, cont := simd.StringBlocks(&b[i], len(b)-i, carry)
+		var done, chars int
+		var next, stop, bslash, cont uint64
+		if simd.Available512 {
+			done, chars, next, stop, bslash, cont = simd.StringBlocks512(&b[i], len(b)-i, carry)
+		} else {
+			done, chars, next, stop, bslash, cont = simd.StringBlocks(&b[i], len(b)-i, carry)
+		}
 		i, n, carry = i+done, n+chars, next
 		if len(b)-i < 64 {
 			break

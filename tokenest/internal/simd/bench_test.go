@@ -38,3 +38,28 @@ func BenchmarkStringBlocks(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkClassify(b *testing.B) {
+	if !Available512 {
+		b.Skip("no AVX-512 kernel")
+	}
+	var p [72]byte
+	var out Masks
+	b.SetBytes(64)
+	for b.Loop() {
+		Classify(&p, &out)
+	}
+}
+
+func BenchmarkClassifyCJK(b *testing.B) {
+	if !Available512 {
+		b.Skip("no AVX-512 kernel")
+	}
+	var p [72]byte
+	copy(p[:], "这条命令开始一个新的事务。如果声明了隔离级别或者读写模式， 那么新事务就使用这个特性\\n")
+	var out Masks
+	b.SetBytes(64)
+	for b.Loop() {
+		Classify(&p, &out)
+	}
+}

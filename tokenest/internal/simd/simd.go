@@ -1,12 +1,41 @@
 // Package simd holds the few vector kernels of the estimator: amd64
-// assembly (AVX2) for the two loops that dominate its time natively, the
-// bit-plane transpose of the block reader and the scan of a JSON string's
-// plain stretches and two-byte escapes. Each kernel has a pure-Go twin in the package that uses
-// it, which is what runs elsewhere (wasm, where the filter runs, other
-// architectures), on amd64 machines without AVX2, and under the purego
-// build tag; the tests check that both give identical results.
+// assembly for the loops that dominate its time natively. With AVX2, the
+// bit-plane transpose of the block reader (Planes) and the scan of a JSON
+// string's plain stretches and two-byte escapes (StringBlocks); with
+// AVX-512 (F and BW), the block reader's byte classes straight from
+// compares into opmask registers (Classify), in place of the transpose
+// and the arithmetic on its planes. Each kernel has a pure-Go twin in the
+// package that uses it, which is what runs elsewhere (wasm, where the
+// filter runs, other architectures), on amd64 machines without AVX2, and
+// under the purego build tag; the tests check that all paths give
+// identical results.
 //
-// Callers test Available before calling a kernel: elsewhere the kernels are
-// stubs that panic, and Available is a constant false there, so the
-// compiler drops the calls.
+// Callers test Available (Available512 for Classify) before calling a
+// kernel: elsewhere the kernels are stubs that panic, and both are
+// constant false there, so the compiler drops the calls.
 package simd
+
+// Masks are the byte classes of a 64-byte window that Classify sets: bit
+// k of each describes byte k. The field order is the assembly's
+// (TestMasksLayout).
+type Masks struct {
+	Letter, Upper, Digit uint64 // ASCII letters, capitals, digits
+	Ctrl                 uint64 // 0x00–0x1F
+	Newline              uint64 // \n \r
+	Blank                uint64 // \t \v \f
+	Tab                  uint64 // \t
+	Space                uint64 // ' '
+	Quote                uint64 // "
+	Backslash            uint64 // \
+	Slash                uint64 // / (see NR)
+	High                 uint64 // 0x80–0xFF
+	Cont                 uint64 // 0x80–0xBF
+	Lead                 uint64 // 0xE0–0xEF
+	// Han: lead bytes of Han ideographs of U+3400–U+9FFF, judged from
+	// the byte after: 0xE4–0xE9 but 0xE4 before 0xB7 (U+4DC0–U+4DFF), and
+	// 0xE3 before a byte ≥ 0x90.
+	Han uint64
+	// Letters that name an escape after a backslash: n or r, t or f, t, b.
+	// These four and Slash are zero when Backslash is.
+	NR, TF, T, B uint64
+}

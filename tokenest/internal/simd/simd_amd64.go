@@ -7,6 +7,12 @@ package simd
 // to run the pure-Go paths on the same machine.
 var Available = hasAVX2()
 
+// Available512 reports whether Classify and StringBlocks512 may be
+// called: Available, and the CPU has AVX-512 F and BW, and the operating
+// system saves the opmask and ZMM registers, and the build does not have
+// the noavx512 tag. Tests set it to false to run the AVX2 path.
+var Available512 = Available && avx512Allowed && hasAVX512()
+
 func hasAVX2() bool {
 	_, _, ecx1, _ := cpuid(1, 0)
 	const popcnt, osxsave, avx = 1 << 23, 1 << 27, 1 << 28
@@ -21,6 +27,19 @@ func hasAVX2() bool {
 	}
 	_, ebx7, _, _ := cpuid(7, 0)
 	return ebx7&(1<<5) != 0
+}
+
+func hasAVX512() bool {
+	if maxLeaf, _, _, _ := cpuid(0, 0); maxLeaf < 7 {
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	const avx512f, avx512bw = 1 << 16, 1 << 30
+	if ebx7&avx512f == 0 || ebx7&avx512bw == 0 {
+		return false
+	}
+	eax, _ := xgetbv()
+	return eax&0xE6 == 0xE6 // XMM, YMM, opmask, ZMM 0–15 upper halves, ZMM 16–31
 }
 
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
@@ -48,11 +67,32 @@ func Planes(p *[64]byte, out *[8]uint64)
 //go:noescape
 func StringBlocks(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64)
 
-// Force sets Available to on, if the machine has the kernels, and returns
-// the value it had: tests run the pure-Go paths with
-// defer simd.Force(simd.Force(false)).
+// StringBlocks512 is StringBlocks with AVX-512 (see Available512).
+//
+//go:noescape
+func StringBlocks512(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64)
+
+// Classify sets the masks of the 64 bytes at p (see Masks) in out. It
+// reads the 65th byte too, as the successor of the 64th.
+//
+//go:noescape
+func Classify(p *[72]byte, out *Masks)
+
+// Force sets Available to on, if the machine has the kernels, and
+// Available512 with it, and returns the value Available had: tests run
+// the pure-Go paths with defer simd.Force(simd.Force(false)).
 func Force(on bool) bool {
 	prev := Available
 	Available = on && hasAVX2()
+	Available512 = Available && avx512Allowed && hasAVX512()
+	return prev
+}
+
+// Force512 sets Available512 to on, if Available and the machine has
+// AVX-512, and returns the value it had: tests run the AVX2 path with
+// defer simd.Force512(simd.Force512(false)).
+func Force512(on bool) bool {
+	prev := Available512
+	Available512 = on && Available && avx512Allowed && hasAVX512()
 	return prev
 }

@@ -258,3 +258,294 @@ stopped:
 	MOVQ R10, cont+64(FP)
 	VZEROUPPER
 	RET
+
+// ROW64 defines name<> as 64 copies of the byte in the word v (eight
+// copies of it), for the AVX-512 kernel's compares.
+#define ROW64(name, v) \
+	DATA name<>+0(SB)/8, v \
+	DATA name<>+8(SB)/8, v \
+	DATA name<>+16(SB)/8, v \
+	DATA name<>+24(SB)/8, v \
+	DATA name<>+32(SB)/8, v \
+	DATA name<>+40(SB)/8, v \
+	DATA name<>+48(SB)/8, v \
+	DATA name<>+56(SB)/8, v \
+	GLOBL name<>(SB), (NOPTR+RODATA), $64
+
+ROW64(b04, $0x0404040404040404)
+ROW64(b06, $0x0606060606060606)
+ROW64(b09, $0x0909090909090909)
+ROW64(b0a, $0x0A0A0A0A0A0A0A0A)
+ROW64(b0d, $0x0D0D0D0D0D0D0D0D)
+ROW64(b1a, $0x1A1A1A1A1A1A1A1A)
+ROW64(b20, $0x2020202020202020)
+ROW64(b22, $0x2222222222222222)
+ROW64(b2f, $0x2F2F2F2F2F2F2F2F)
+ROW64(b30, $0x3030303030303030)
+ROW64(b41, $0x4141414141414141)
+ROW64(b5c, $0x5C5C5C5C5C5C5C5C)
+ROW64(b61, $0x6161616161616161)
+ROW64(b62, $0x6262626262626262)
+ROW64(b66, $0x6666666666666666)
+ROW64(b6e, $0x6E6E6E6E6E6E6E6E)
+ROW64(b72, $0x7272727272727272)
+ROW64(b74, $0x7474747474747474)
+ROW64(b90, $0x9090909090909090)
+ROW64(bb7, $0xB7B7B7B7B7B7B7B7)
+ROW64(bc0, $0xC0C0C0C0C0C0C0C0)
+ROW64(be0, $0xE0E0E0E0E0E0E0E0)
+ROW64(be3, $0xE3E3E3E3E3E3E3E3)
+ROW64(be4, $0xE4E4E4E4E4E4E4E4)
+ROW64(bf0, $0xF0F0F0F0F0F0F0F0)
+
+// Offsets of the fields of Masks (TestMasksLayout checks them).
+#define M_LETTER 0
+#define M_UPPER 8
+#define M_DIGIT 16
+#define M_CTRL 24
+#define M_NEWLINE 32
+#define M_BLANK 40
+#define M_TAB 48
+#define M_SPACE 56
+#define M_QUOTE 64
+#define M_BACKSLASH 72
+#define M_SLASH 80
+#define M_HIGH 88
+#define M_CONT 96
+#define M_LEAD 104
+#define M_HAN 112
+#define M_NR 120
+#define M_TF 128
+#define M_T 136
+#define M_B 144
+
+// func Classify(p *[72]byte, out *Masks)
+//
+// Z0 holds bytes 0–63. Every mask is one compare (or two, or a compare
+// under another's mask) into an opmask register, stored as is; the masks
+// of multi-byte characters and of escapes are skipped (left as they are,
+// zero) when the window has no byte ≥ 0x80 or no backslash. Comparisons:
+// $0 equal, $1 less than, $5 not less than (unsigned).
+TEXT ·Classify(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ out+8(FP), DI
+	VMOVDQU8 0(SI), Z0
+
+	// Bytes ≥ 0x80; of them, continuation bytes (< 0xC0) and lead bytes
+	// of three-byte characters (0xE0–0xEF); Han leads: 0xE4–0xE9 but
+	// 0xE4 before 0xB7, and 0xE3 before a byte ≥ 0x90 (Z1 holds bytes
+	// 1–64, each byte's successor).
+	VPMOVB2M Z0, K1
+	KMOVQ K1, M_HIGH(DI)
+	KORTESTQ K1, K1
+	JNZ multibyte
+	MOVQ $0, M_CONT(DI)
+	MOVQ $0, M_LEAD(DI)
+	MOVQ $0, M_HAN(DI)
+	JMP ascii
+
+multibyte:
+	VMOVDQU8 1(SI), Z1
+	VPCMPUB $1, bc0<>(SB), Z0, K1, K2
+	KMOVQ K2, M_CONT(DI)
+	VPCMPUB $5, be0<>(SB), Z0, K1
+	VPCMPUB $1, bf0<>(SB), Z0, K1, K1
+	KMOVQ K1, M_LEAD(DI)
+	VPSUBB be4<>(SB), Z0, Z2
+	VPCMPUB $1, b06<>(SB), Z2, K1
+	VPCMPEQB be4<>(SB), Z0, K2
+	VPCMPEQB bb7<>(SB), Z1, K2, K2
+	KANDNQ K1, K2, K1
+	VPCMPEQB be3<>(SB), Z0, K2
+	VPCMPUB $5, b90<>(SB), Z1, K2, K2
+	KORQ K1, K2, K1
+	KMOVQ K1, M_HAN(DI)
+
+ascii:
+	// ASCII letters: (x | 0x20) - 'a' < 26; capitals: x - 'A' < 26;
+	// digits: x - '0' < 10.
+	VPORD b20<>(SB), Z0, Z2
+	VPSUBB b61<>(SB), Z2, Z2
+	VPCMPUB $1, b1a<>(SB), Z2, K1
+	KMOVQ K1, M_LETTER(DI)
+	VPSUBB b41<>(SB), Z0, Z2
+	VPCMPUB $1, b1a<>(SB), Z2, K1
+	KMOVQ K1, M_UPPER(DI)
+	VPSUBB b30<>(SB), Z0, Z2
+	VPCMPUB $1, b0a<>(SB), Z2, K1
+	KMOVQ K1, M_DIGIT(DI)
+
+	// Control bytes and white space: < 0x20; \n \r; 0x09–0x0C but \n;
+	// \t; ' '.
+	VPCMPUB $1, b20<>(SB), Z0, K1
+	KMOVQ K1, M_CTRL(DI)
+	VPCMPEQB b0a<>(SB), Z0, K1
+	VPCMPEQB b0d<>(SB), Z0, K2
+	KORQ K1, K2, K2
+	KMOVQ K2, M_NEWLINE(DI)
+	VPSUBB b09<>(SB), Z0, Z2
+	VPCMPUB $1, b04<>(SB), Z2, K2
+	KANDNQ K2, K1, K2
+	KMOVQ K2, M_BLANK(DI)
+	VPCMPEQB b09<>(SB), Z0, K1
+	KMOVQ K1, M_TAB(DI)
+	VPCMPEQB b20<>(SB), Z0, K1
+	KMOVQ K1, M_SPACE(DI)
+
+	// The bytes JSON strings end at and escape with, and the characters
+	// two-byte escapes name.
+	VPCMPEQB b22<>(SB), Z0, K1
+	KMOVQ K1, M_QUOTE(DI)
+	VPCMPEQB b5c<>(SB), Z0, K1
+	KMOVQ K1, M_BACKSLASH(DI)
+	KORTESTQ K1, K1
+	JNZ escapes
+	MOVQ $0, M_SLASH(DI)
+	MOVQ $0, M_NR(DI)
+	MOVQ $0, M_TF(DI)
+	MOVQ $0, M_T(DI)
+	MOVQ $0, M_B(DI)
+	VZEROUPPER
+	RET
+
+escapes:
+	VPCMPEQB b2f<>(SB), Z0, K1
+	KMOVQ K1, M_SLASH(DI)
+	VPCMPEQB b6e<>(SB), Z0, K1
+	VPCMPEQB b72<>(SB), Z0, K2
+	KORQ K1, K2, K2
+	KMOVQ K2, M_NR(DI)
+	VPCMPEQB b74<>(SB), Z0, K1
+	KMOVQ K1, M_T(DI)
+	VPCMPEQB b66<>(SB), Z0, K2
+	KORQ K1, K2, K2
+	KMOVQ K2, M_TF(DI)
+	VPCMPEQB b62<>(SB), Z0, K1
+	KMOVQ K1, M_B(DI)
+	VZEROUPPER
+	RET
+
+// The nibble tables of StringBlocks' check of escapes, four times (one
+// per 128-bit lane of a ZMM register).
+#define ROW64x2(name, lo, hi) \
+	DATA name<>+0(SB)/8, lo \
+	DATA name<>+8(SB)/8, hi \
+	DATA name<>+16(SB)/8, lo \
+	DATA name<>+24(SB)/8, hi \
+	DATA name<>+32(SB)/8, lo \
+	DATA name<>+40(SB)/8, hi \
+	DATA name<>+48(SB)/8, lo \
+	DATA name<>+56(SB)/8, hi \
+	GLOBL name<>(SB), (NOPTR+RODATA), $64
+
+ROW64x2(esclo4, $0x00040008000D0000, $0x0104000200000000)
+ROW64x2(eschi4, $0x0804020000010000, $0x0000000000000000)
+ROW64(b0f, $0x0F0F0F0F0F0F0F0F)
+
+// func StringBlocks512(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64)
+//
+// StringBlocks with AVX-512 compares into opmask registers: the same
+// registers, and Z8–Z11 the byte constants (quote, 0x20, backslash, 0xC0,
+// the last compared signed: continuation bytes are the bytes below -64).
+TEXT ·StringBlocks512(SB), NOSPLIT, $0-72
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ carry+16(FP), DX
+	MOVQ SI, DI
+	XORQ R11, R11
+	VMOVDQU64 b22<>(SB), Z8
+	VMOVDQU64 b20<>(SB), Z9
+	VMOVDQU64 b5c<>(SB), Z10
+	VMOVDQU64 bc0<>(SB), Z11
+
+loop512:
+	CMPQ CX, $64
+	JLT short512
+	VMOVDQU64 0(SI), Z0
+	VPCMPUB $1, Z9, Z0, K1
+	VPCMPEQB Z8, Z0, K2
+	KORQ K1, K2, K1
+	KMOVQ K1, R8
+	VPCMPEQB Z10, Z0, K2
+	KMOVQ K2, R9
+	VPCMPB $1, Z11, Z0, K3
+	KMOVQ K3, R10
+	MOVQ R9, AX
+	ORQ DX, AX
+	JNZ escapes512
+	TESTQ R8, R8
+	JNZ stopped512
+	POPCNTQ R10, AX
+	ADDQ $64, R11
+	SUBQ AX, R11
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP loop512
+
+escapes512:
+	// The escaped bytes, as in StringBlocks.
+	MOVQ DX, AX
+	NOTQ AX
+	ANDQ R9, AX
+	MOVQ AX, BX
+	SHLQ $1, BX                    // BX: follows
+	MOVQ BX, R13
+	NOTQ R13
+	ANDQ AX, R13
+	MOVQ $0xAAAAAAAAAAAAAAAA, R12
+	ANDQ R12, R13                  // R13: odd starts
+	ADDQ AX, R13                   // even ends; CF: a backslash escapes the next block
+	SETCS AL
+	MOVBQZX AL, AX                 // AX: the carry out
+	SHLQ $1, R13
+	MOVQ $0x5555555555555555, R12
+	XORQ R12, R13
+	ANDQ BX, R13
+	ORQ DX, R13                    // R13: escaped
+
+	// a quote or control byte that is not escaped ends the run
+	MOVQ R13, BX
+	NOTQ BX
+	ANDQ R8, BX
+	JNZ stopped512
+
+	// so does an escape other than a two-byte one (\u, or an error)
+	VMOVDQU64 b0f<>(SB), Z7
+	VPANDD Z7, Z0, Z2
+	VPSRLW $4, Z0, Z4
+	VPANDD Z7, Z4, Z4
+	VMOVDQU64 esclo4<>(SB), Z6
+	VPSHUFB Z2, Z6, Z2
+	VMOVDQU64 eschi4<>(SB), Z6
+	VPSHUFB Z4, Z6, Z4
+	VPTESTMB Z2, Z4, K1
+	KMOVQ K1, R12
+	NOTQ R12                       // R12: bytes no two-byte escape names
+	ANDQ R13, R12
+	JNZ stopped512
+
+	POPCNTQ R10, BX
+	SUBQ BX, R11
+	POPCNTQ R13, BX
+	SUBQ BX, R11
+	ADDQ $64, R11
+	MOVQ AX, DX
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP loop512
+
+short512:
+	XORQ R8, R8
+	XORQ R9, R9
+	XORQ R10, R10
+
+stopped512:
+	SUBQ DI, SI
+	MOVQ SI, done+24(FP)
+	MOVQ R11, chars+32(FP)
+	MOVQ DX, carryOut+40(FP)
+	MOVQ R8, stop+48(FP)
+	MOVQ R9, bslash+56(FP)
+	MOVQ R10, cont+64(FP)
+	VZEROUPPER
+	RET

@@ -6,6 +6,10 @@ package simd
 // the purego build.
 const Available = false
 
+// Available512 is false: there are no kernels on this architecture or in
+// the purego build.
+const Available512 = false
+
 // Planes is not available here (see Available).
 func Planes(p *[64]byte, out *[8]uint64) { panic("simd: no kernels") }
 
@@ -13,6 +17,17 @@ func Planes(p *[64]byte, out *[8]uint64) { panic("simd: no kernels") }
 func StringBlocks(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64) {
 	panic("simd: no kernels")
 }
+
+// StringBlocks512 is not available here (see Available512).
+func StringBlocks512(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64) {
+	panic("simd: no kernels")
+}
+
+// Classify is not available here (see Available512).
+func Classify(p *[72]byte, out *Masks) { panic("simd: no kernels") }
+
+// Force512 does nothing here: there are no kernels to turn on or off.
+func Force512(on bool) bool { return false }
 
 // Force does nothing here: there are no kernels to turn on or off.
 func Force(on bool) bool { return false }

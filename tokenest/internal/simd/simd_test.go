@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // planesRef is the definition of Planes, bit by bit.
@@ -76,6 +77,14 @@ func checkBlocks(t *testing.T, p []byte, carry uint64) {
 		t.Fatalf("StringBlocks(%q, %d) = %d %d %d %x %x %x, want %d %d %d %x %x %x",
 			p, carry, d, c, o, s, b, n, wd, wc, wo, ws, wb, wn)
 	}
+	if !Available512 {
+		return
+	}
+	d, c, o, s, b, n = StringBlocks512(first, len(p), carry)
+	if d != wd || c != wc || o != wo || s != ws || b != wb || n != wn {
+		t.Fatalf("StringBlocks512(%q, %d) = %d %d %d %x %x %x, want %d %d %d %x %x %x",
+			p, carry, d, c, o, s, b, n, wd, wc, wo, ws, wb, wn)
+	}
 }
 
 func check(t *testing.T, p *[64]byte) {
@@ -144,7 +153,100 @@ func FuzzKernels(f *testing.F) {
 		var p [64]byte
 		copy(p[:], b)
 		check(t, &p)
+		if Available512 {
+			var w [72]byte
+			copy(w[:], b)
+			checkClassify(t, &w)
+		}
 		checkBlocks(t, b, 0)
 		checkBlocks(t, b, 1)
 	})
+}
+
+// classifyRef is the definition of Classify, byte by byte.
+func classifyRef(p *[72]byte) (m Masks) {
+	for k, c := range p[:64] {
+		next := p[k+1]
+		set := func(mask *uint64, on bool) {
+			if on {
+				*mask |= 1 << k
+			}
+		}
+		set(&m.Letter, c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+		set(&m.Upper, c >= 'A' && c <= 'Z')
+		set(&m.Digit, c >= '0' && c <= '9')
+		set(&m.Ctrl, c < 0x20)
+		set(&m.Newline, c == '\n' || c == '\r')
+		set(&m.Blank, c == '\t' || c == '\v' || c == '\f')
+		set(&m.Tab, c == '\t')
+		set(&m.Space, c == ' ')
+		set(&m.Quote, c == '"')
+		set(&m.Backslash, c == '\\')
+		set(&m.Slash, c == '/')
+		set(&m.High, c >= 0x80)
+		set(&m.Cont, c >= 0x80 && c < 0xC0)
+		set(&m.Lead, c >= 0xE0 && c < 0xF0)
+		set(&m.Han, c >= 0xE4 && c <= 0xE9 && !(c == 0xE4 && next == 0xB7) || c == 0xE3 && next >= 0x90)
+		set(&m.NR, c == 'n' || c == 'r')
+		set(&m.TF, c == 't' || c == 'f')
+		set(&m.T, c == 't')
+		set(&m.B, c == 'b')
+	}
+	if m.Backslash == 0 {
+		m.Slash, m.NR, m.TF, m.T, m.B = 0, 0, 0, 0, 0
+	}
+	return m
+}
+
+func checkClassify(t *testing.T, p *[72]byte) {
+	t.Helper()
+	got := Masks{Cont: 1, Lead: 1, Han: 1, Slash: 1, NR: 1, TF: 1, T: 1, B: 1} // not left as they were
+	Classify(p, &got)
+	if want := classifyRef(p); got != want {
+		t.Fatalf("Classify(% x) = %+v, want %+v", p[:], got, want)
+	}
+}
+
+// TestClassify checks Classify against its definition: every pair of
+// byte values (a byte and its successor) at every position, and random
+// windows.
+func TestClassify(t *testing.T) {
+	if !Available512 {
+		t.Skip("no AVX-512 kernel on this machine or build")
+	}
+	var p [72]byte
+	for v := range 256 {
+		for w := range 256 {
+			k := (v*7 + w) % 64
+			p = [72]byte{}
+			p[k], p[k+1] = byte(v), byte(w)
+			checkClassify(t, &p)
+		}
+	}
+	const special = "\"\\/nrtfb \t\n\r\v\f\x00\x1f09AZaz\x80\xbf\xc0\xe0\xe3\xe4\xe9\xea\xef\xf0\x90\xb7"
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 20000 {
+		for k := range p {
+			p[k] = byte(rng.Uint32())
+			if rng.IntN(2) == 0 {
+				p[k] = special[rng.IntN(len(special))]
+			}
+		}
+		checkClassify(t, &p)
+	}
+}
+
+// TestMasksLayout checks the field offsets the assembly writes.
+func TestMasksLayout(t *testing.T) {
+	var m Masks
+	fields := []*uint64{&m.Letter, &m.Upper, &m.Digit, &m.Ctrl, &m.Newline, &m.Blank, &m.Tab, &m.Space,
+		&m.Quote, &m.Backslash, &m.Slash, &m.High, &m.Cont, &m.Lead, &m.Han, &m.NR, &m.TF, &m.T, &m.B}
+	if len(fields)*8 != int(unsafe.Sizeof(m)) {
+		t.Fatalf("Masks has %d bytes, the list %d fields", unsafe.Sizeof(m), len(fields))
+	}
+	for i, f := range fields {
+		if off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&m)); off != uintptr(8*i) {
+			t.Errorf("field %d at offset %d, the assembly writes it at %d", i, off, 8*i)
+		}
+	}
 }

@@ -75,6 +75,8 @@ type classes struct {
 	escaped, doubled uint64
 
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
+
+	m simd.Masks // the AVX-512 kernel's output (classifyMasks), kept here so that no call zeroes it
 }
 
 // planes turns the first 64 bytes of b into eight bit planes: plane j
@@ -133,6 +135,9 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 // avail bytes left in the text, and in a JSON string (json) the closing
 // quote, a control byte or a \u or malformed escape (see unescape).
 func (c *classes) classify(b []byte, avail int, json bool) int {
+	if simd.Available512 {
+		return c.classifyMasks(b, avail, json)
+	}
 	b0, b1, b2, b3, b4, b5, b6, b7 := planes(b)
 	ascii := ^b7
 	// letters: 0x41–0x5A and 0x61–0x7A, the low five bits in 1..26
@@ -188,6 +193,40 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	slash := low & b5 &^ b4 & b3 & b2 & b1 & b0 // 0x2F
 	puncts := escaped & (lower&^(b4|b3|b2)&b1 | quote | bslash | slash)
 	return c.unescape(trouble, escaped, newlines, blanks, tabs, puncts)
+}
+
+// classifyMasks is classify from the masks of the AVX-512 kernel
+// (simd.Classify) instead of bit planes; TestClassifyPaths checks that
+// both set the same bitmaps.
+func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
+	m := &c.m
+	simd.Classify((*[windowLen]byte)(b), m)
+	c.letter, c.upper, c.digit = m.Letter, m.Upper, m.Digit
+	c.newline, c.blank, c.tab, c.space = m.Newline, m.Blank, m.Tab, m.Space
+	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0
+	var trouble uint64
+	if avail < 64 {
+		trouble = ^uint64(0) << avail
+	}
+	if m.High != 0 {
+		lead := m.Lead & (m.Cont >> 1) & (m.Cont >> 2)
+		trouble |= c.multibyte(b, m.High, lead, lead&m.Han)
+	}
+	if !json {
+		return bits.TrailingZeros64(trouble)
+	}
+	c.quotes = m.Quote
+	trouble |= m.Ctrl | m.Quote
+	if m.Backslash&(trouble&-trouble-1) == 0 {
+		return bits.TrailingZeros64(trouble)
+	}
+	escaped, carry := jsonraw.EscapedBytes(m.Backslash)
+	if carry {
+		trouble |= 1 << 63 // the escaped byte is in the next window
+	}
+	blanks := escaped & m.TF
+	puncts := escaped & (m.B | m.Quote | m.Backslash | m.Slash)
+	return c.unescape(trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
 }
 
 // Kinds of three-byte characters for the block reader: the Han ideographs

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // pieces splits text with the replay.
@@ -500,6 +501,43 @@ func TestPlanes(t *testing.T) {
 				if got, want := plane>>k&1, uint64(b[k]>>j&1); got != want {
 					t.Fatalf("% x: plane %d bit %d = %d, byte %d bit %d = %d", b[:64], j, k, got, k, j, want)
 				}
+			}
+		}
+	}
+}
+
+// TestClassifyPaths checks that the AVX-512 kernel's masks (classifyMasks)
+// and the bit planes give classify the same bitmaps and the same
+// readable length, on random windows of the bytes the bitmaps tell apart,
+// in and out of JSON strings, with every number of bytes left.
+func TestClassifyPaths(t *testing.T) {
+	if !simd.Available512 {
+		t.Skip("no AVX-512 kernel on this machine or build")
+	}
+	pieces := []string{"a", "e", "Z", "0", "9", " ", "\t", "\n", "\r", "\v", "\f", "\x00", "\x1f", ".", "/", `"`, `\`,
+		`\n`, `\r`, `\t`, `\f`, `\b`, `\"`, `\\`, `\/`, `\u00e9`, `\x`, "中", "䷀", "㐀", "\xe3\x8f\xbf", "の", "한", "，", "\u3000", "—",
+		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80"}
+	rng := rand.New(rand.NewPCG(7, 8))
+	window := make([]byte, windowLen)
+	for r := range 200000 {
+		window = window[:0]
+		for len(window) < windowLen {
+			window = append(window, pieces[rng.IntN(len(pieces))]...)
+		}
+		window = window[:windowLen]
+		avail := windowLen
+		if r%4 == 0 {
+			avail = rng.IntN(windowLen)
+		}
+		for _, json := range []bool{false, true} {
+			var fast, slow classes
+			n := fast.classify(window, avail, json)
+			prev := simd.Force512(false)
+			m := slow.classify(window, avail, json)
+			simd.Force512(prev)
+			fast.m = simd.Masks{} // the kernel's own output
+			if n != m || fast != slow {
+				t.Fatalf("json=%v avail=%d % x:\nAVX-512 %d %+v\nplanes  %d %+v", json, avail, window, n, fast, m, slow)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // TestRun runs the driver on every class and on bad flags.
@@ -39,5 +41,28 @@ func TestRun(t *testing.T) {
 				t.Errorf("%s: printed %q, want the body's length", c.args, out.String())
 			}
 		}
+	}
+}
+
+// TestPaths runs the timing of the two kernel paths briefly: a line with
+// both paths' speeds, or SKIPPED where there is no AVX-512.
+func TestPaths(t *testing.T) {
+	var out bytes.Buffer
+	err := run([]string{"-paths", "-class", "english", "-tokens", "1024", "-rounds", "4", "-n", "2", "-samples", "../../../testdata/samples"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "avx512 faster in "
+	if !simd.Available512 {
+		want = "SKIPPED"
+	}
+	if !strings.Contains(out.String(), want) || !strings.HasPrefix(out.String(), "english default: ") {
+		t.Errorf("printed %q, want a line with %q", out.String(), want)
+	}
+	if !simd.Available512 {
+		return
+	}
+	if err := run([]string{"-paths", "-rounds", "0", "-tokens", "1024", "-samples", "../../../testdata/samples"}, &out); err == nil {
+		t.Error("-rounds 0: no error")
 	}
 }
