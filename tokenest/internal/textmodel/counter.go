@@ -44,7 +44,10 @@ const (
 // Counter accumulates feature counts over one or more texts. The zero value
 // is ready to use; a Counter is under a kilobyte and lives on the stack.
 type Counter struct {
-	feat [NumFeatures]uint32 // counts of the current text
+	// counts: of the current text for the Latin features (the first
+	// NumLatin, whose weights depend on the text's Englishness), of all
+	// texts since the Counter was made for the others (see End)
+	feat [NumFeatures]uint32
 	// estimated tokens of the finished texts in units of 1/nano: fixed
 	// point, so that the total does not depend on the order of the texts
 	sum int64
@@ -93,7 +96,9 @@ type Counter struct {
 // nano is the fixed-point scale of Counter.sum.
 const nano = 1e9
 
-// Features returns the counts of the current text so far.
+// Features returns the counts so far: of the current text for the Latin
+// features (the first NumLatin), of every text since the Counter was made
+// for the others.
 func (c *Counter) Features() *[NumFeatures]uint32 { return &c.feat }
 
 // LastEnglishness returns the Englishness (0..1) the last finished text was
@@ -103,10 +108,11 @@ func (c *Counter) LastEnglishness() float64 { return c.lastEnglish }
 // Estimate returns the estimated tokens of the finished texts, rounded to
 // the nearest integer and never negative.
 func (c *Counter) Estimate() int {
-	if c.sum <= 0 {
+	sum := c.sum + c.rest()*(nano/1000)
+	if sum <= 0 {
 		return 0
 	}
-	return int((c.sum + nano/2) / nano)
+	return int((sum + nano/2) / nano)
 }
 
 // Text scans a plain UTF-8 text as one unit: pieces never cross its ends.
@@ -147,13 +153,17 @@ func (c *Counter) PartRune(r rune) {
 // The weights are whole thousandths (tokcalib rounds them so), so the
 // dot products are sums of integers (milliWeights), exact and without a
 // chain of floating-point additions: the English and the other weights of
-// the Latin features give two sums, mixed by the Englishness once. Groups
-// of counts that most texts leave at zero (Latin words with capitals, each
-// alphabet by length) are skipped with one branch each when they are.
+// the Latin features give two sums, mixed by the Englishness once. The
+// other features' weights do not depend on the text, so their counts are
+// not reset but go on over all texts, and Estimate takes their one dot
+// product (rest): a chat body's hundred short texts pay for the Latin
+// features only. Groups of counts that most texts leave at zero (Latin
+// words with capitals, each alphabet by length) are skipped with one
+// branch each when they are.
 func (c *Counter) End(pos int) {
 	c.flush(pos)
 	e := englishness(c.english, c.other)
-	var en, other, rest int64 // thousandths of a token
+	var en, other int64 // thousandths of a token
 	for i := range latinLens {
 		f := int64(c.feat[i])
 		en += f * milliWeights[i]
@@ -174,6 +184,18 @@ func (c *Counter) End(pos int) {
 		en += f * milliWeights[i]
 		other += f * milliWeights[OtherLatin+i]
 	}
+	const perMilli = nano / 1000
+	latin := e*float64(en) + (1-e)*float64(other)
+	c.sum += int64(math.Round(latin * perMilli))
+	c.lastEnglish = e
+	*(*[NumLatin]uint32)(c.feat[:NumLatin]) = [NumLatin]uint32{}
+	c.english, c.other = 0, 0
+}
+
+// rest returns the dot product, in thousandths of a token, of the counts
+// of the features after the Latin ones with their weights.
+func (c *Counter) rest() int64 {
+	var rest int64
 	for g := FCyrillic; g < fAlphaEnd; g += alphaLens {
 		if zero(c.feat[g : g+alphaLens]) {
 			continue
@@ -185,12 +207,7 @@ func (c *Counter) End(pos int) {
 	for i := fAlphaEnd; i < NumFeatures; i++ {
 		rest += int64(c.feat[i]) * milliWeights[i]
 	}
-	const perMilli = nano / 1000
-	latin := e*float64(en) + (1-e)*float64(other)
-	c.sum += rest*perMilli + int64(math.Round(latin*perMilli))
-	c.lastEnglish = e
-	c.feat = [NumFeatures]uint32{}
-	c.english, c.other = 0, 0
+	return rest
 }
 
 // milliWeights holds Weights in thousandths of a token, as integers
