@@ -262,11 +262,11 @@ outer:
 // bytes at a time, up to the first quote or control byte that is not
 // escaped, or the first escape that is malformed or goes on into the next
 // block, and returns the offset of that byte or of the escape's backslash,
-// the count and the carry there. simd.StringBlocks counts the blocks of
-// plain text and two-byte escapes; the loop below reads the block it stops
-// at: one that ends the string, or holds a \u escape (six bytes and one
-// character, a surrogate pair twelve and one, see DecodeEscape) or an
-// error.
+// the count and the carry there. simd.StringBlocks (StringBlocks512 where
+// the CPU has AVX-512) counts the blocks of plain text and two-byte
+// escapes; the loop below reads the block it stops at: one that ends the
+// string, or holds a \u escape (six bytes and one character, a surrogate
+// pair twelve and one, see DecodeEscape) or an error.
 func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
 	for len(b)-i >= 64 {
 		var done, chars int
