@@ -106,7 +106,9 @@ func (c *Counter) Features() *[NumFeatures]uint32 { return &c.feat }
 func (c *Counter) LastEnglishness() float64 { return c.lastEnglish }
 
 // Estimate returns the estimated tokens of the finished texts, rounded to
-// the nearest integer and never negative.
+// the nearest integer and never negative. End the last text first: one
+// still in progress would count in part (its features after the Latin
+// ones, see End).
 func (c *Counter) Estimate() int {
 	sum := c.sum + c.rest()*(nano/1000)
 	if sum <= 0 {
