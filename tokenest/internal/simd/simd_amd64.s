@@ -124,6 +124,61 @@ DATA eschi<>+16(SB)/8, $0x0804020000010000
 DATA eschi<>+24(SB)/8, $0x0000000000000000
 GLOBL eschi<>(SB), (NOPTR+RODATA), $32
 
+// The parts StringBlocks and StringBlocks512 share, on the registers
+// described at StringBlocks.
+//
+// ESCAPED sets R13 to the block's escaped bytes, as jsonraw.EscapedBytes
+// finds them, of the backslashes (R9) less one escaped by the last block
+// (DX), and AX to the carry into the next block; then BX to the quotes and
+// control bytes (R8) that are not escaped, setting the flags (nonzero:
+// the run ends here).
+#define ESCAPED \
+	MOVQ DX, AX \
+	NOTQ AX \
+	ANDQ R9, AX \
+	MOVQ AX, BX \
+	SHLQ $1, BX \
+	MOVQ BX, R13 \
+	NOTQ R13 \
+	ANDQ AX, R13 \
+	MOVQ $0xAAAAAAAAAAAAAAAA, R12 \
+	ANDQ R12, R13 \
+	ADDQ AX, R13 \
+	SETCS AL \
+	MOVBQZX AL, AX \
+	SHLQ $1, R13 \
+	MOVQ $0x5555555555555555, R12 \
+	XORQ R12, R13 \
+	ANDQ BX, R13 \
+	ORQ DX, R13 \
+	MOVQ R13, BX \
+	NOTQ BX \
+	ANDQ R8, BX
+
+// NEXTBLOCK counts a block with escapes (R10: continuation bytes, R13:
+// escaped bytes), takes the carry out (AX) and moves to the next block.
+#define NEXTBLOCK \
+	POPCNTQ R10, BX \
+	SUBQ BX, R11 \
+	POPCNTQ R13, BX \
+	SUBQ BX, R11 \
+	ADDQ $64, R11 \
+	MOVQ AX, DX \
+	ADDQ $64, SI \
+	SUBQ $64, CX
+
+// STRINGRETURN stores the results and returns.
+#define STRINGRETURN \
+	SUBQ DI, SI \
+	MOVQ SI, done+24(FP) \
+	MOVQ R11, chars+32(FP) \
+	MOVQ DX, carryOut+40(FP) \
+	MOVQ R8, stop+48(FP) \
+	MOVQ R9, bslash+56(FP) \
+	MOVQ R10, cont+64(FP) \
+	VZEROUPPER \
+	RET
+
 // func StringBlocks(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64)
 //
 // Registers: SI the block, CX the bytes left, DX the carry, DI the start,
@@ -183,31 +238,9 @@ loop:
 	JMP loop
 
 escapes:
-	// The escaped bytes, as jsonraw.EscapedBytes finds them, of the
-	// backslashes less one escaped by the last block (AX: bs).
-	MOVQ DX, AX
-	NOTQ AX
-	ANDQ R9, AX
-	MOVQ AX, BX
-	SHLQ $1, BX                    // BX: follows
-	MOVQ BX, R13
-	NOTQ R13
-	ANDQ AX, R13
-	MOVQ $0xAAAAAAAAAAAAAAAA, R12
-	ANDQ R12, R13                  // R13: odd starts
-	ADDQ AX, R13                   // even ends; CF: a backslash escapes the next block
-	SETCS AL
-	MOVBQZX AL, AX                 // AX: the carry out
-	SHLQ $1, R13
-	MOVQ $0x5555555555555555, R12
-	XORQ R12, R13
-	ANDQ BX, R13
-	ORQ DX, R13                    // R13: escaped
-
-	// a quote or control byte that is not escaped ends the run
-	MOVQ R13, BX
-	NOTQ BX
-	ANDQ R8, BX
+	// The escaped bytes; a quote or control byte that is not escaped
+	// ends the run
+	ESCAPED
 	JNZ stopped
 
 	// so does an escape other than a two-byte one (\u, or an error)
@@ -233,14 +266,7 @@ escapes:
 	ANDQ R13, R12
 	JNZ stopped
 
-	POPCNTQ R10, BX
-	SUBQ BX, R11
-	POPCNTQ R13, BX
-	SUBQ BX, R11
-	ADDQ $64, R11
-	MOVQ AX, DX
-	ADDQ $64, SI
-	SUBQ $64, CX
+	NEXTBLOCK
 	JMP loop
 
 short:
@@ -249,15 +275,7 @@ short:
 	XORQ R10, R10
 
 stopped:
-	SUBQ DI, SI
-	MOVQ SI, done+24(FP)
-	MOVQ R11, chars+32(FP)
-	MOVQ DX, carryOut+40(FP)
-	MOVQ R8, stop+48(FP)
-	MOVQ R9, bslash+56(FP)
-	MOVQ R10, cont+64(FP)
-	VZEROUPPER
-	RET
+	STRINGRETURN
 
 // ROW64 defines name<> as 64 copies of the byte in the word v (eight
 // copies of it), for the AVX-512 kernel's compares.
@@ -483,30 +501,9 @@ loop512:
 	JMP loop512
 
 escapes512:
-	// The escaped bytes, as in StringBlocks.
-	MOVQ DX, AX
-	NOTQ AX
-	ANDQ R9, AX
-	MOVQ AX, BX
-	SHLQ $1, BX                    // BX: follows
-	MOVQ BX, R13
-	NOTQ R13
-	ANDQ AX, R13
-	MOVQ $0xAAAAAAAAAAAAAAAA, R12
-	ANDQ R12, R13                  // R13: odd starts
-	ADDQ AX, R13                   // even ends; CF: a backslash escapes the next block
-	SETCS AL
-	MOVBQZX AL, AX                 // AX: the carry out
-	SHLQ $1, R13
-	MOVQ $0x5555555555555555, R12
-	XORQ R12, R13
-	ANDQ BX, R13
-	ORQ DX, R13                    // R13: escaped
-
-	// a quote or control byte that is not escaped ends the run
-	MOVQ R13, BX
-	NOTQ BX
-	ANDQ R8, BX
+	// The escaped bytes; a quote or control byte that is not escaped
+	// ends the run
+	ESCAPED
 	JNZ stopped512
 
 	// so does an escape other than a two-byte one (\u, or an error)
@@ -524,14 +521,7 @@ escapes512:
 	ANDQ R13, R12
 	JNZ stopped512
 
-	POPCNTQ R10, BX
-	SUBQ BX, R11
-	POPCNTQ R13, BX
-	SUBQ BX, R11
-	ADDQ $64, R11
-	MOVQ AX, DX
-	ADDQ $64, SI
-	SUBQ $64, CX
+	NEXTBLOCK
 	JMP loop512
 
 short512:
@@ -540,12 +530,4 @@ short512:
 	XORQ R10, R10
 
 stopped512:
-	SUBQ DI, SI
-	MOVQ SI, done+24(FP)
-	MOVQ R11, chars+32(FP)
-	MOVQ DX, carryOut+40(FP)
-	MOVQ R8, stop+48(FP)
-	MOVQ R9, bslash+56(FP)
-	MOVQ R10, cont+64(FP)
-	VZEROUPPER
-	RET
+	STRINGRETURN
