@@ -3,6 +3,7 @@ package tokenest
 import (
 	"bytes"
 	"errors"
+	"math/bits"
 	"strings"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
@@ -54,6 +55,7 @@ func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (in
 		return 0, ErrNotJSON
 	}
 	t.depth++
+	var seen uint64 // the keys met (bit k), streaming
 	i := jsonraw.SkipSpace(b, v+1)
 	if i < len(b) && b[i] == '}' {
 		i++
@@ -84,6 +86,7 @@ func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (in
 				return 0, errRetry
 			default:
 				m.at[k] = i + 1
+				seen |= 1 << k
 				var err error
 				if end, err = visit(k, i); err != nil {
 					return 0, err
@@ -103,15 +106,23 @@ func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (in
 			break
 		}
 	}
+	if !t.ordered {
+		// the missing required keys, in order
+		for x := keys.required &^ seen; x != 0; x &= x - 1 {
+			if _, err := visit(bits.TrailingZeros64(x), -1); err != nil {
+				return 0, err
+			}
+		}
+		t.depth--
+		return i, nil
+	}
 	for k := range keys.names {
 		var err error
 		switch {
-		case m.at[k] == 0:
-			if keys.optional>>k&1 == 0 {
-				_, err = visit(k, -1)
-			}
-		case t.ordered:
+		case m.at[k] != 0:
 			_, err = visit(k, m.at[k]-1)
+		case keys.optional>>k&1 == 0:
+			_, err = visit(k, -1)
 		}
 		if err != nil {
 			return 0, err
@@ -128,8 +139,9 @@ type keySet struct {
 	names        []string
 	words, masks [maxKeys][2]uint64
 	// optional marks (bit k) the members whose handler does nothing when
-	// they are missing: object does not call it for them.
-	optional uint64
+	// they are missing: object does not call it for them; required marks
+	// the others.
+	optional, required uint64
 }
 
 // newKeys makes the keySet of names, each of at most 15 bytes with no
@@ -144,6 +156,8 @@ func newKeys(names ...string) *keySet {
 		if opt, ok := strings.CutSuffix(name, "?"); ok {
 			name = opt
 			ks.optional |= 1 << n
+		} else {
+			ks.required |= 1 << n
 		}
 		ks.names[n] = name
 		q := name + `"`
