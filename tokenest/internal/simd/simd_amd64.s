@@ -127,6 +127,38 @@ GLOBL eschi<>(SB), (NOPTR+RODATA), $32
 // The parts StringBlocks and StringBlocks512 share, on the registers
 // described at StringBlocks.
 //
+// STRINGSTART loads the arguments: SI the block, CX the bytes left, DX the
+// carry; DI the start, R11 the characters (none yet).
+#define STRINGSTART \
+	MOVQ p+0(FP), SI \
+	MOVQ n+8(FP), CX \
+	MOVQ carry+16(FP), DX \
+	MOVQ SI, DI \
+	XORQ R11, R11
+
+// PLAINBLOCK goes on at esc for a block with a backslash (R9) or a carried
+// escape (DX), stops at stop for one with a quote or control byte (R8), and
+// otherwise counts the block (R10: continuation bytes) and goes back to loop.
+#define PLAINBLOCK(esc, stop, loop) \
+	MOVQ R9, AX \
+	ORQ DX, AX \
+	JNZ esc \
+	TESTQ R8, R8 \
+	JNZ stop \
+	POPCNTQ R10, AX \
+	ADDQ $64, R11 \
+	SUBQ AX, R11 \
+	ADDQ $64, SI \
+	SUBQ $64, CX \
+	JMP loop
+
+// NOMASKS clears the stop, backslash and continuation masks (fewer than 64
+// bytes left).
+#define NOMASKS \
+	XORQ R8, R8 \
+	XORQ R9, R9 \
+	XORQ R10, R10
+
 // ESCAPED sets R13 to the block's escaped bytes, as jsonraw.EscapedBytes
 // finds them, of the backslashes (R9) less one escaped by the last block
 // (DX), and AX to the carry into the next block; then BX to the quotes and
@@ -185,11 +217,7 @@ GLOBL eschi<>(SB), (NOPTR+RODATA), $32
 // R11 the characters, R8/R9/R10 the block's stop, backslash and
 // continuation masks, Y8–Y12 the byte constants above.
 TEXT ·StringBlocks(SB), NOSPLIT, $0-72
-	MOVQ p+0(FP), SI
-	MOVQ n+8(FP), CX
-	MOVQ carry+16(FP), DX
-	MOVQ SI, DI
-	XORQ R11, R11
+	STRINGSTART
 	VMOVDQU quotes<>(SB), Y8
 	VMOVDQU ctrlmax<>(SB), Y9
 	VMOVDQU bslashes<>(SB), Y10
@@ -225,17 +253,7 @@ loop:
 	VPCMPEQB Y12, Y3, Y3
 	MASK64(R10)
 
-	MOVQ R9, AX
-	ORQ DX, AX
-	JNZ escapes
-	TESTQ R8, R8
-	JNZ stopped
-	POPCNTQ R10, AX
-	ADDQ $64, R11
-	SUBQ AX, R11
-	ADDQ $64, SI
-	SUBQ $64, CX
-	JMP loop
+	PLAINBLOCK(escapes, stopped, loop)
 
 escapes:
 	// The escaped bytes; a quote or control byte that is not escaped
@@ -270,9 +288,7 @@ escapes:
 	JMP loop
 
 short:
-	XORQ R8, R8
-	XORQ R9, R9
-	XORQ R10, R10
+	NOMASKS
 
 stopped:
 	STRINGRETURN
@@ -466,11 +482,7 @@ ROW64(b0f, $0x0F0F0F0F0F0F0F0F)
 // registers, and Z8–Z11 the byte constants (quote, 0x20, backslash, 0xC0,
 // the last compared signed: continuation bytes are the bytes below -64).
 TEXT ·StringBlocks512(SB), NOSPLIT, $0-72
-	MOVQ p+0(FP), SI
-	MOVQ n+8(FP), CX
-	MOVQ carry+16(FP), DX
-	MOVQ SI, DI
-	XORQ R11, R11
+	STRINGSTART
 	VMOVDQU64 b22<>(SB), Z8
 	VMOVDQU64 b20<>(SB), Z9
 	VMOVDQU64 b5c<>(SB), Z10
@@ -488,17 +500,7 @@ loop512:
 	KMOVQ K2, R9
 	VPCMPB $1, Z11, Z0, K3
 	KMOVQ K3, R10
-	MOVQ R9, AX
-	ORQ DX, AX
-	JNZ escapes512
-	TESTQ R8, R8
-	JNZ stopped512
-	POPCNTQ R10, AX
-	ADDQ $64, R11
-	SUBQ AX, R11
-	ADDQ $64, SI
-	SUBQ $64, CX
-	JMP loop512
+	PLAINBLOCK(escapes512, stopped512, loop512)
 
 escapes512:
 	// The escaped bytes; a quote or control byte that is not escaped
@@ -525,9 +527,7 @@ escapes512:
 	JMP loop512
 
 short512:
-	XORQ R8, R8
-	XORQ R9, R9
-	XORQ R10, R10
+	NOMASKS
 
 stopped512:
 	STRINGRETURN
