@@ -73,6 +73,7 @@ type classes struct {
 	// in a JSON string (see unescape): the characters that were
 	// punctuation escapes, and the first bytes of white-space escapes
 	escaped, doubled uint64
+	wide             uint64 // the characters that were \u escapes (see unescape)
 
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
 
@@ -152,7 +153,7 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	c.tab = format &^ (b2 | b1) & b0              // 0x09
 	sym := low & b5 &^ b4 &^ b3 &^ b2             // 0x20–0x23
 	c.space = sym &^ (b1 | b0)
-	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0
+	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.wide, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0, 0
 	var trouble uint64
 	if avail < 64 {
 		trouble = ^uint64(0) << avail
@@ -192,7 +193,7 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	tabs := blanks & b4
 	slash := low & b5 &^ b4 & b3 & b2 & b1 & b0 // 0x2F
 	puncts := escaped & (lower&^(b4|b3|b2)&b1 | quote | bslash | slash)
-	return c.unescape(trouble, escaped, newlines, blanks, tabs, puncts)
+	return c.unescape(b, trouble, escaped, newlines, blanks, tabs, puncts)
 }
 
 // classifyMasks is classify from the masks of the AVX-512 kernel
@@ -203,7 +204,7 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	simd.Classify((*[windowLen]byte)(b), m)
 	c.letter, c.upper, c.digit = m.Letter, m.Upper, m.Digit
 	c.newline, c.blank, c.tab, c.space = m.Newline, m.Blank, m.Tab, m.Space
-	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0
+	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.wide, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0, 0
 	var trouble uint64
 	if avail < 64 {
 		trouble = ^uint64(0) << avail
@@ -226,7 +227,7 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	}
 	blanks := escaped & m.TF
 	puncts := escaped & (m.B | m.Quote | m.Backslash | m.Slash)
-	return c.unescape(trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
+	return c.unescape(b, trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
 }
 
 // Kinds of three-byte characters for the block reader: the Han ideographs
@@ -307,25 +308,35 @@ func (c *classes) multibyte(b []byte, high, lead, han uint64) uint64 {
 	return high &^ three(known)
 }
 
-// unescape reads the two-byte escapes of a JSON window that come before
-// its first stop and gives each escaped character its class, so that the
+// unescape reads the escapes of a JSON window b that come before its
+// first stop and gives each escaped character its class, so that the
 // bitmaps describe characters; it returns the number of characters before
 // the stop. trouble marks the raw bytes that stop the block (bytes ≥ 0x80,
 // control bytes, quotes), escaped the bytes after escaping backslashes,
 // and newlines, blanks, tabs and puncts those of them that make an escape
 // of that class (\n \r; \t \f; \t; \" \\ \/ \b). An escaped quote does
-// not stop the block, a \u escape or a malformed one does.
+// not stop the block; a \u escape stops it unless it is one of ASCII
+// punctuation (\u003c, as Go's encoding/json writes '<', '>' and '&', and
+// as many encoders write control characters), whose six bytes inside the
+// window are read as that character (see asciiEscapes). A malformed escape
+// stops the block.
 //
 // A white-space escape stays two bytes, both of its class: a run of white
 // space is the same run whatever its length, so only counts of characters
 // and the look back from the end of a trail must know (c.doubled marks the
 // first bytes, see whiteSpace). A punctuation escape, whose runs are
-// counted by length, loses its backslash from the bitmaps, so that bit k
-// of them describes character k; c.escaped marks the characters that were
-// such escapes, each one raw byte longer.
-func (c *classes) unescape(trouble, escaped, newlines, blanks, tabs, puncts uint64) int {
+// counted by length, loses all its bytes but the last from the bitmaps,
+// so that bit k of them describes character k; c.escaped marks the
+// characters that were such escapes, each one raw byte longer, and c.wide
+// those of them that were \u escapes, four bytes longer still (see raw).
+func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, puncts uint64) int {
 	space := newlines | blanks
-	trouble |= (escaped &^ (space | puncts)) >> 1 // \u escapes and malformed ones
+	var wide, wheads uint64 // the last bytes of \u escapes of ASCII punctuation, and their backslashes
+	if u := escaped &^ (space | puncts); u != 0 {
+		wide = asciiEscapes(b, u)
+		escaped &^= wide >> 4 // their 'u's
+	}
+	trouble |= (escaped &^ (space | puncts)) >> 1 // other \u escapes and malformed ones
 	stop := bits.TrailingZeros64(trouble &^ escaped)
 	doubled := space >> 1
 	heads := puncts >> 1 & (1<<stop - 1)
@@ -333,37 +344,113 @@ func (c *classes) unescape(trouble, escaped, newlines, blanks, tabs, puncts uint
 	letter, upper, digit := c.letter&^escaped, c.upper, c.digit
 	blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
 	space = c.space
-	for h := heads; h != 0; {
-		q := 63 - bits.LeadingZeros64(h)
-		h &^= 1 << q
-		keep := uint64(1)<<q - 1
-		letter = letter&keep | letter>>1&^keep
-		upper = upper&keep | upper>>1&^keep
-		digit = digit&keep | digit>>1&^keep
-		space = space&keep | space>>1&^keep
-		blank = blank&keep | blank>>1&^keep
-		tab = tab&keep | tab>>1&^keep
-		newline = newline&keep | newline>>1&^keep
-		tails = tails&keep | tails>>1&^keep
-		doubled = doubled&keep | doubled>>1&^keep
+	if wide == 0 {
+		for h := heads; h != 0; {
+			q := 63 - bits.LeadingZeros64(h)
+			h &^= 1 << q
+			keep := uint64(1)<<q - 1
+			letter = letter&keep | letter>>1&^keep
+			upper = upper&keep | upper>>1&^keep
+			digit = digit&keep | digit>>1&^keep
+			space = space&keep | space>>1&^keep
+			blank = blank&keep | blank>>1&^keep
+			tab = tab&keep | tab>>1&^keep
+			newline = newline&keep | newline>>1&^keep
+			tails = tails&keep | tails>>1&^keep
+			doubled = doubled&keep | doubled>>1&^keep
+		}
+	} else {
+		// The rare window with \u escapes: the same, with five bytes
+		// dropped for each of those (from its backslash to its
+		// second-last hex digit) and its last digit made punctuation.
+		wheads = wide >> 5 & (1<<stop - 1)
+		letter &^= wide
+		upper &^= wide
+		digit &^= wide
+		tails |= wide
+		for h := heads | wheads; h != 0; {
+			q := 63 - bits.LeadingZeros64(h)
+			h &^= 1 << q
+			k := 1 + 4*uint(wheads>>q&1) // bytes dropped
+			keep := uint64(1)<<q - 1
+			letter = letter&keep | letter>>k&^keep
+			upper = upper&keep | upper>>k&^keep
+			digit = digit&keep | digit>>k&^keep
+			space = space&keep | space>>k&^keep
+			blank = blank&keep | blank>>k&^keep
+			tab = tab&keep | tab>>k&^keep
+			newline = newline&keep | newline>>k&^keep
+			tails = tails&keep | tails>>k&^keep
+			doubled = doubled&keep | doubled>>k&^keep
+			wide = wide&keep | wide>>k&^keep
+		}
+		heads |= wheads
+		stop -= 4 * bits.OnesCount64(wheads)
 	}
 	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
-	c.escaped, c.doubled = tails, doubled
+	c.escaped, c.doubled, c.wide = tails, doubled, wide
 	if c.cont != 0 {
 		han, kana, hangul, uni, cont := c.han, c.kana, c.hangul, c.uni, c.cont
 		for h := heads; h != 0; {
 			q := 63 - bits.LeadingZeros64(h)
 			h &^= 1 << q
+			k := 1 + 4*uint(wheads>>q&1)
 			keep := uint64(1)<<q - 1
-			han = han&keep | han>>1&^keep
-			kana = kana&keep | kana>>1&^keep
-			hangul = hangul&keep | hangul>>1&^keep
-			uni = uni&keep | uni>>1&^keep
-			cont = cont&keep | cont>>1&^keep
+			han = han&keep | han>>k&^keep
+			kana = kana&keep | kana>>k&^keep
+			hangul = hangul&keep | hangul>>k&^keep
+			uni = uni&keep | uni>>k&^keep
+			cont = cont&keep | cont>>k&^keep
 		}
 		c.han, c.kana, c.hangul, c.uni, c.cont = han, kana, hangul, uni, cont
 	}
 	return stop - bits.OnesCount64(heads)
+}
+
+// asciiEscapes returns the last bytes of the \u escapes of ASCII
+// punctuation (\u0000–\u007f of class cOther) in the window b, given the
+// bytes after a backslash that make no two-byte escape (u): those whose
+// six bytes lie within the window's 64.
+func asciiEscapes(b []byte, u uint64) uint64 {
+	b = b[:windowLen]
+	var wide uint64
+	for x := u & (1<<60 - 1); x != 0; x &= x - 1 {
+		p := bits.TrailingZeros64(x) & 63
+		w := jsonraw.Word(b, p) // u, 0, 0, then two hex digits
+		if uint32(w)&0xFFFFFF == 'u'|'0'<<8|'0'<<16 && punctEscape[hexHigh[byte(w>>24)]|hexLow[byte(w>>32)]] {
+			wide |= 1 << (p + 4)
+		}
+	}
+	return wide
+}
+
+// hexHigh and hexLow map the two last hex digits of a \u00XX escape to
+// their value in the high and the low nibble, with bit 7 set for a byte
+// that is not one (or, in the high nibble, not a digit of ASCII);
+// punctEscape tells the values below 0x80 of ASCII punctuation.
+var hexHigh, hexLow, punctEscape = func() (hi, lo [256]uint8, punct [256]bool) {
+	for b := range 256 {
+		hi[b], lo[b] = 0x80, 0x80
+	}
+	for d, ch := range []byte("0123456789abcdef") {
+		lo[ch] = uint8(d)
+		if d < 8 {
+			hi[ch] = uint8(d) << 4
+		}
+	}
+	for d, ch := range []byte("ABCDEF") {
+		lo[ch] = uint8(10 + d)
+	}
+	for v := range 0x80 {
+		punct[v] = asciiClass[v] == cOther
+	}
+	return hi, lo, punct
+}()
+
+// raw returns the offset in the raw bytes of character k of a block.
+func (c *classes) raw(k int) int {
+	below := uint64(1)<<k - 1
+	return k + bits.OnesCount64(c.escaped&below) + 4*bits.OnesCount64(c.wide&below)
 }
 
 // blocks reads s[i:] block by block, the replay being idle (scan has
@@ -415,13 +502,13 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		// end is one piece, not a run that gives its last character to
 		// what follows): the block may then count the text to its end.
 		var end uint64
-		if cl.quotes != 0 && n < 64 && b[n+bits.OnesCount64(cl.escaped&(1<<n-1))&63] == '"' {
+		if cl.quotes != 0 && n < 64 && b[cl.raw(n)&63] == '"' {
 			end = 1 << n &^ ((cl.space | cl.blank) << 1) &^ 1
 			cuts |= end
 		}
 		if cuts == 0 {
 			c.resume(carry)
-			return i, i + n + bits.OnesCount64(cl.escaped&(1<<n-1))
+			return i, i + cl.raw(n)
 		}
 		cut := 63 - bits.LeadingZeros64(cuts)
 		c.block(&cl, b, cut, carry)
@@ -434,7 +521,7 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 				carry = sHangul
 			}
 		}
-		next := i + cut + bits.OnesCount64(cl.escaped&(1<<cut-1))
+		next := i + cl.raw(cut)
 		if end != 0 {
 			return next, next + 1 // at the closing quote
 		}
@@ -443,8 +530,9 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		// characters around it: that block would find none between this
 		// one's last cut and that byte. Not so when the stop may be an
 		// artefact of the window's end (in its last two bytes: a
-		// three-byte character or an escape that goes on past it).
-		if stop := n + bits.OnesCount64(cl.escaped&(1<<n-1)); stop < 62 {
+		// three-byte character or an escape that goes on past it; in
+		// its last six, the backslash of a \u escape).
+		if stop := cl.raw(n); stop < 62 && (stop < 58 || b[stop] != '\\') {
 			c.resume(carry)
 			return next, i + stop
 		}
@@ -550,7 +638,7 @@ func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
 	f[FLatinLower+1] += pop(e2 &^ e3)
 	f[FLatinLower+2] += pop(e3 &^ e4)
 	f[FLatinLower+3] += pop(e4 &^ e5)
-	c.functionWords(b, starts, e2&^e5, e3, e4, cl.escaped)
+	c.functionWords(b, starts, e2&^e5, e3, e4, cl.escaped, cl.wide)
 	e6 := e5 & (run << 5)
 	e7 := e6 & (run << 6)
 	e8 := e7 & (run << 7)
@@ -641,15 +729,25 @@ func (c *Counter) scriptRuns(m, cont, in, prev, carried uint64, carries bool, ch
 // two characters before their ends, or three before the ends of
 // four-letter words (a start three before a shorter word's end is a
 // one-letter word's); in the raw bytes they are one byte further for each
-// escaped character before them.
-func (c *Counter) functionWords(b []byte, starts, short, e3, e4, escaped uint64) {
+// escaped character before them, and four more for each that was a \u
+// escape (wide).
+func (c *Counter) functionWords(b []byte, starts, short, e3, e4, escaped, wide uint64) {
 	b = b[:windowLen]
 	first := starts & (short>>1 | short>>2 | short&e4>>3)
-	for x := escaped; x != 0; {
-		j := 63 - bits.LeadingZeros64(x)
-		x &^= 1 << j
-		keep := uint64(2)<<j - 1
-		first = first&keep | first&^keep<<1
+	if wide == 0 {
+		for x := escaped; x != 0; {
+			j := 63 - bits.LeadingZeros64(x)
+			x &^= 1 << j
+			keep := uint64(2)<<j - 1
+			first = first&keep | first&^keep<<1
+		}
+	} else {
+		for x := escaped; x != 0; { // \u escapes: four bytes more
+			j := 63 - bits.LeadingZeros64(x)
+			x &^= 1 << j
+			keep := uint64(2)<<j - 1
+			first = first&keep | first&^keep<<(1+4*(wide>>j&1))
+		}
 	}
 	var counts uint32 // see langCount: at most 21 words of each kind in a block
 	for ; short != 0; short &= short - 1 {

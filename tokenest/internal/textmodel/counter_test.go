@@ -369,6 +369,10 @@ var blockSeeds = []string{
 	strings.Repeat("漢字", 30) + "，" + strings.Repeat("カタカナ", 20) + strings.Repeat("한국어", 25) + "abc" + strings.Repeat("中", 50) + "x",
 
 	"a-b_c.d/e:f;g<h>i?j@k[l]m^n`o{p|q}r~s!t\"u#v$w%x&y'z(0)1*2+3,4-5.6/7 8\t9\n0\r",
+	// \u escapes of ASCII punctuation, as Go's encoding/json writes '<',
+	// '>' and '&', among escapes of other characters
+	`if a \u003c b \u0026\u0026 c \u003e= d {\u003cdiv\u003e\u0026amp;\u003C/p\u003E} x\u0027s \u001b[0m \u007f\u0041b\u0030 \u4e2d\u3002 \u00e9t\u00e9`,
+	`00\000000000000`, `a \u003 b`, `\u003g`, `\u00zz`, `\uu003c`, `\U003c`, `\u0080`, `\u013c`, // malformed, or not ASCII
 }
 
 func FuzzBlocksMatchStep(f *testing.F) {
@@ -389,7 +393,7 @@ func TestBlocksMatchStep(t *testing.T) {
 			blocksMatchStep(t, []byte(strings.Repeat("x", shift)+s+s+s))
 		}
 	}
-	const alphabet = "aaaaeeetttAAZz0001999    \t\t\n\n\r\v\f\b..,,;(\"'\\/-_" +
+	const alphabet = "aaaaeeetttAAZz0001999    \t\t\n\n\r\v\f\b..,,;(\"'\\/-_<>&\x1b\x7f" +
 		"中中中文字㐀䷀々〇のノーー・한국，，。。「」、（）！\u3000\u3000—“…\u2028é\u00a0Жд😀"
 	var tokens []string
 	for _, r := range alphabet {
@@ -415,11 +419,14 @@ func TestBlocksMatchStep(t *testing.T) {
 
 // jsonEscape writes r in a JSON string in one of the forms JSON allows:
 // form 0 is the shortest, 1 a two-byte escape where there is one, 2 a \u
-// escape for any ASCII character, 3 \u escapes for any character (a
-// surrogate pair above U+FFFF), as Python's json.dumps writes non-ASCII.
+// escape for any ASCII character (upper-case hex digits for odd ones), 3
+// \u escapes for any character (a surrogate pair above U+FFFF), as
+// Python's json.dumps writes non-ASCII.
 func jsonEscape(r rune, form int) string {
 	short := map[rune]string{'"': `\"`, '\\': `\\`, '\n': `\n`, '\r': `\r`, '\t': `\t`, '\b': `\b`, '\f': `\f`, '/': `\/`}
 	switch {
+	case form == 2 && r < utf8.RuneSelf && r&1 != 0:
+		return fmt.Sprintf(`\u%04X`, r)
 	case form == 2 && r < utf8.RuneSelf || form == 3 && r <= 0xFFFF:
 		return fmt.Sprintf(`\u%04x`, r)
 	case form == 3:
