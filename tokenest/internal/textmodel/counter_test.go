@@ -493,6 +493,59 @@ func TestKinds(t *testing.T) {
 	}
 }
 
+// TestEscapedKinds checks that the block reader reads the \u escape of
+// every character of U+0000–U+FFFF as it reads the character's shortest
+// JSON form (raw, or a two-byte escape), or stops at it: each escape of
+// ASCII punctuation is read, any other stops the block (step reads runs
+// of escaped letters faster than blocks would). The bitmaps of both
+// windows must then agree character for character, at offsets across the
+// window, the last where the escape's six bytes still fit.
+func TestEscapedKinds(t *testing.T) {
+	const filler = `xy z1 ab\n` // a letter after the character, and an escape after it
+	window := func(prefix int, c string) []byte {
+		w := []byte(strings.Repeat("a", prefix) + c + strings.Repeat(filler, windowLen))
+		return w[:windowLen]
+	}
+	read := 0
+	for r := rune(0); r <= 0xFFFF; r++ {
+		short, long := jsonEscape(r, 0), fmt.Sprintf(`\u%04x`, r)
+		if r&1 != 0 {
+			long = fmt.Sprintf(`\u%04X`, r)
+		}
+		modelled := r < utf8.RuneSelf && asciiClass[r] == cOther
+		for _, prefix := range []int{0, 1, 7, 31, 53, 57, 58} {
+			var a, b classes
+			na := a.classify(window(prefix, short), windowLen, true)
+			nb := b.classify(window(prefix, long), windowLen, true)
+			if !modelled {
+				if nb != prefix {
+					t.Fatalf("%U at %d: read %d characters, want a stop at the escape (%d)", r, prefix, nb, prefix)
+				}
+				continue
+			}
+			if prefix == 0 {
+				read++
+			}
+			// The escape's window ends earlier, its filler cut
+			// shorter: compare the characters both read.
+			v := uint64(1)<<min(na, nb) - 1
+			if min(na, nb) <= prefix || (a.letter^b.letter|a.upper^b.upper|a.digit^b.digit|a.space^b.space|a.blank^b.blank|
+				a.tab^b.tab|a.newline^b.newline|a.han^b.han|a.kana^b.kana|a.hangul^b.hangul|a.uni^b.uni|a.cont^b.cont)&v != 0 {
+				t.Fatalf("%U at %d: %q reads %d characters\n%+v\n%q reads %d\n%+v", r, prefix, short, na, a, long, nb, b)
+			}
+		}
+	}
+	if read != 60 { // the ASCII punctuation characters, controls among them
+		t.Errorf("%d escapes read, want 60", read)
+	}
+	for _, s := range []string{`\u003`, `\u003G`, `\u0g3c`, `\uu003c`, `\U003c`} {
+		var c classes
+		if n := c.classify(window(3, s), windowLen, true); n != 3 {
+			t.Errorf("%s read (%d characters), want a stop", s, n)
+		}
+	}
+}
+
 // TestPlanes checks the bit-plane transposition on random windows: bit k
 // of plane j is bit j of byte k.
 func TestPlanes(t *testing.T) {
