@@ -409,17 +409,19 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 
 // asciiEscapes returns the last bytes of the \u escapes of ASCII
 // punctuation (\u0000–\u007f of class cOther) in the window b, given the
-// bytes after a backslash that make no two-byte escape (u): those whose
-// six bytes lie within the window's 64.
+// bytes after a backslash that make no two-byte escape (u): those before
+// any other such escape, whose six bytes lie within the window's 64 (the
+// block stops at the first other one, so those after it do not matter).
 func asciiEscapes(b []byte, u uint64) uint64 {
 	b = b[:windowLen]
 	var wide uint64
-	for x := u & (1<<60 - 1); x != 0; x &= x - 1 {
+	for x := u; x != 0; x &= x - 1 {
 		p := bits.TrailingZeros64(x) & 63
 		w := jsonraw.Word(b, p) // u, 0, 0, then two hex digits
-		if uint32(w)&0xFFFFFF == 'u'|'0'<<8|'0'<<16 && punctEscape[hexHigh[byte(w>>24)]|hexLow[byte(w>>32)]] {
-			wide |= 1 << (p + 4)
+		if p >= 60 || uint32(w)&0xFFFFFF != 'u'|'0'<<8|'0'<<16 || !punctEscape[hexHigh[byte(w>>24)]|hexLow[byte(w>>32)]] {
+			break
 		}
+		wide |= 1 << (p + 4)
 	}
 	return wide
 }
