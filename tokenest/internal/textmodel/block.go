@@ -331,6 +331,16 @@ func (c *classes) multibyte(b []byte, high, lead, han uint64) uint64 {
 // those of them that were \u escapes, four bytes longer still (see raw).
 func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, puncts uint64) int {
 	space := newlines | blanks
+	if escaped == space {
+		// Only white-space escapes (most windows of prose with
+		// paragraphs): nothing to compact.
+		c.letter &^= escaped
+		c.blank |= blanks | blanks>>1
+		c.tab |= tabs | tabs>>1
+		c.newline |= newlines | newlines>>1
+		c.doubled = space >> 1
+		return bits.TrailingZeros64(trouble &^ escaped)
+	}
 	var wide, wheads uint64 // the last bytes of \u escapes of ASCII punctuation, and their backslashes
 	if u := escaped &^ (space | puncts); u != 0 {
 		wide = asciiEscapes(b, u)

@@ -90,8 +90,11 @@ var keyMask = [8]uint32{1: 1<<8 - 1, 2: 1<<16 - 1, 3: 1<<24 - 1, 4: 1<<32 - 1}
 // prose text are function words, a coin toss for a branch predictor.
 func langCount(k uint32) uint32 {
 	e := langTable[langSlot(k)]
-	miss := uint32(e>>32) ^ k // 0 for the listed word
-	return uint32(e) &^ uint32(int32(miss|-miss)>>31)
+	var inc uint32
+	if uint32(e>>32) == k { // a conditional move, not a branch
+		inc = uint32(e)
+	}
+	return inc
 }
 
 // englishness is the share of English among the function words seen,
