@@ -18,11 +18,12 @@ import (
 // runs of four characters and more, and the function-word lookups of
 // two- to four-letter words take a loop iteration each.
 //
-// The bitmaps model ASCII, the two-byte escapes of a JSON string, and the
-// three-byte characters of CJK text: Han, kana and Hangul letters, CJK and
-// general punctuation and wide spaces (multibyte). Anything else (other
-// non-ASCII characters, \u escapes, the end of a JSON string, malformed
-// input) ends the block's readable part.
+// The bitmaps model ASCII, the two-byte escapes of a JSON string and its
+// \u escapes of ASCII punctuation (asciiEscapes), and the three-byte
+// characters of CJK text: Han, kana and Hangul letters, CJK and general
+// punctuation and wide spaces (multibyte). Anything else (other non-ASCII
+// characters, other \u escapes, the end of a JSON string, malformed input)
+// ends the block's readable part.
 //
 // A block ends where the replay is certainly idle, so that no piece crosses
 // from one block to the next and every block starts as a text does: after
