@@ -87,3 +87,23 @@ func BenchmarkEstimateEscaped(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEstimateLanguages measures both methods on string prompts of 8k
+// tokens of the other classes of the samples: the languages and JSON of the
+// accuracy table, and the scripts it reports for information.
+func BenchmarkEstimateLanguages(b *testing.B) {
+	for _, class := range []string{"german", "russian", "japanese", "korean", "json", "greek", "arabic", "hebrew", "thai", "hindi"} {
+		body := benchBody(b, class, 8<<10)
+		for _, m := range []Method{Chars4, Default} {
+			b.Run(fmt.Sprintf("%s/%s/8k", m, class), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := Estimate(body, "/v1/completions", m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -14,16 +14,23 @@ import (
 // additions and population counts. Lower-case words are counted by length,
 // punctuation runs by length, digit groups, white-space runs, word
 // prefixes and the letters and runs of CJK scripts for the whole block at
-// once; only words with capitals or of ten letters and more, punctuation
-// runs of four characters and more, and the function-word lookups of
-// two- to four-letter words take a loop iteration each.
+// once; only words with capitals, accents or of ten letters and more, the
+// words of the other alphabets, punctuation runs of four characters and
+// more, and the function-word lookups of two- to four-letter words take a
+// loop iteration each.
 //
 // The bitmaps model ASCII, the two-byte escapes of a JSON string and its
-// \u escapes of ASCII punctuation (asciiEscapes), and the three-byte
+// \u escapes of ASCII punctuation (asciiEscapes), the three-byte
 // characters of CJK text: Han, kana and Hangul letters, CJK and general
-// punctuation and wide spaces (multibyte). Anything else (other non-ASCII
-// characters, other \u escapes, the end of a JSON string, malformed input)
-// ends the block's readable part.
+// punctuation and wide spaces (multibyte), and the two-byte characters of
+// European and Middle Eastern text: accented Latin letters, the letters of
+// Cyrillic, Greek, Arabic and Hebrew, symbols, combining marks and the
+// no-break space (twoBytes). Every byte of a multi-byte character carries
+// its class, so that bit runs are runs of characters; counts of characters
+// leave out the bytes after the first (cont), and the alphabets' words,
+// counted by length, are two bytes per letter. Anything else (other
+// non-ASCII characters, other \u escapes, the end of a JSON string,
+// malformed input) ends the block's readable part.
 //
 // A block ends where the replay is certainly idle, so that no piece crosses
 // from one block to the next and every block starts as a text does: after
@@ -56,20 +63,26 @@ const unmodelledSpan = 32
 const windowLen = 72
 
 // classes are the bitmaps of one block: bit k describes byte k. Every
-// byte of a multi-byte character (a three-byte UTF-8 character or a
-// white-space escape, see unescape) carries its character's class, so that
+// byte of a multi-byte character (a two- or three-byte UTF-8 character or
+// a white-space escape, see unescape) carries its character's class, so that
 // a shift by one looks at the neighbouring character; cont marks the
 // bytes that do not start a character.
 type classes struct {
-	letter, upper, digit uint64 // ASCII letters, capitals, digits
+	letter, upper, digit uint64 // ASCII letters, capitals (also the first bytes of two-byte ones), digits
 	space                uint64 // ' '
 	blank                uint64 // white space that is neither ' ' nor a newline (\t \v \f, U+3000…)
 	tab                  uint64
 	newline              uint64 // \r \n
 	punct                uint64 // every other character (cOther)
 	han, kana, hangul    uint64 // letters of the per-character scripts (three bytes each)
-	uni                  uint64 // punctuation of three bytes
+	uni                  uint64 // punctuation of two and three bytes
 	cont                 uint64 // bytes after the first of a character
+
+	// two-byte characters (see multibyte)
+	lead2                    uint64 // their first bytes
+	latin2, lower2           uint64 // accented Latin letters (é, ß, Ü…), and those of them that are lower case
+	cyr, greek, arab, hebrew uint64 // letters of the alphabets counted by length
+	multi                    uint64 // every letter that is not ASCII: the above and the per-character scripts
 
 	// in a JSON string (see unescape): the characters that were
 	// punctuation escapes, and the first bytes of white-space escapes
@@ -132,7 +145,7 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 
 // classify sets the bitmaps of the window b, all but punct, from their bit
 // planes, and returns how many bytes of it the bitmaps describe: those
-// before the first byte ≥ 0x80 that is not part of a three-byte character
+// before the first byte ≥ 0x80 that is not part of a multi-byte character
 // of a kind the block reader models (see multibyte), the first of the
 // avail bytes left in the text, and in a JSON string (json) the closing
 // quote, a control byte or a \u or malformed escape (see unescape).
@@ -154,7 +167,7 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	c.tab = format &^ (b2 | b1) & b0              // 0x09
 	sym := low & b5 &^ b4 &^ b3 &^ b2             // 0x20–0x23
 	c.space = sym &^ (b1 | b0)
-	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.wide, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	c.reset()
 	var trouble uint64
 	if avail < 64 {
 		trouble = ^uint64(0) << avail
@@ -163,14 +176,22 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		// Three-byte characters: lead bytes 0xE0–0xEF, then two of
 		// 0x80–0xBF. Han from the first two bytes: leads 0xE4–0xE9
 		// (U+4000–U+9FFF) but 0xE4 0xB7 (U+4DC0–U+4DFF, symbols), and
-		// 0xE3 with a second byte ≥ 0x90 (U+3400–U+3FFF).
+		// 0xE3 with a second byte ≥ 0x90 (U+3400–U+3FFF). Two-byte
+		// characters: lead bytes 0xC0–0xDF, then one of 0x80–0xBF;
+		// Cyrillic letters (U+0400–U+047F) from the lead bytes 0xD0
+		// and 0xD1.
 		lead := b7 & b6 & b5 &^ b4
 		cont := b7 &^ b6
+		lead2 := b7 & b6 &^ b5 & (cont >> 1)
+		var cyr uint64
+		if lead2 != 0 {
+			cyr = lead2 & b4 &^ (b3 | b2 | b1)
+		}
 		lead &= cont >> 1 & (cont >> 2)
 		b7s := (b7 &^ b6 & b5 & b4 &^ b3 & b2 & b1 & b0) >> 1 // second byte 0xB7
 		e4b7 := ^b3 & b2 &^ b1 &^ b0 & b7s
 		han := lead & (^b3&b2&^e4b7 | b3&^b2&^b1 | ^b3&^b2&b1&b0&((b5|b4)>>1))
-		trouble |= c.multibyte(b, b7, lead, han)
+		trouble |= c.multibyte(b, b7, lead, han, lead2, cyr)
 	}
 	if !json {
 		return bits.TrailingZeros64(trouble)
@@ -205,14 +226,24 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	simd.Classify((*[windowLen]byte)(b), m)
 	c.letter, c.upper, c.digit = m.Letter, m.Upper, m.Digit
 	c.newline, c.blank, c.tab, c.space = m.Newline, m.Blank, m.Tab, m.Space
-	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.wide, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	c.reset()
 	var trouble uint64
 	if avail < 64 {
 		trouble = ^uint64(0) << avail
 	}
 	if m.High != 0 {
 		lead := m.Lead & (m.Cont >> 1) & (m.Cont >> 2)
-		trouble |= c.multibyte(b, m.High, lead, lead&m.Han)
+		// lead bytes of two bytes (0xC0–0xDF) and of four (0xF0–0xFF,
+		// which multibyte's table does not read), and the Cyrillic ones
+		// (0xD0, 0xD1) from the bit planes, which the masks do not tell
+		lead2 := m.High &^ m.Cont &^ m.Lead & (m.Cont >> 1)
+		var cyr uint64
+		if lead2 != 0 {
+			var p [8]uint64
+			simd.Planes((*[64]byte)(b[:64]), &p)
+			cyr = lead2 &^ p[5] & p[4] &^ (p[3] | p[2] | p[1])
+		}
+		trouble |= c.multibyte(b, m.High, lead, lead&m.Han, lead2, cyr)
 	}
 	if !json {
 		return bits.TrailingZeros64(trouble)
@@ -229,6 +260,12 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	blanks := escaped & m.TF
 	puncts := escaped & (m.B | m.Quote | m.Backslash | m.Slash)
 	return c.unescape(b, trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
+}
+
+// reset zeroes the bitmaps that only bytes ≥ 0x80 and escapes set.
+func (c *classes) reset() {
+	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.wide, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew, c.multi = 0, 0, 0, 0, 0, 0, 0, 0
 }
 
 // Kinds of three-byte characters for the block reader: the Han ideographs
@@ -287,12 +324,66 @@ func kindOf(cls, script uint8, _, _ bool) uint8 {
 	return kindNone // Hangul syllables are kind3's
 }
 
-// multibyte sets the bitmaps of the three-byte characters of the window b,
+// Kinds of two-byte characters (U+0080–U+07FF) for the block reader:
+// punctuation (symbols, combining marks), white space (U+00A0, U+0085),
+// accented Latin letters by case, and the letters of the alphabets that
+// are counted by length. Anything else ends a block: digits, letters of
+// other scripts such as Armenian or Syriac, and Latin letters that are not
+// accented (µ, ª, ɐ, ʼ…), which step looks up as function words by their
+// low bits as it does ASCII ones.
+const (
+	kind2None uint8 = iota
+	kind2Punct
+	kind2Space
+	kind2Lower // accented Latin letters that are not upper case
+	kind2Upper // and those that are
+	kind2Cyrillic
+	kind2Greek
+	kind2Arabic
+	kind2Hebrew
+	numKinds2
+)
+
+// kind2Of[(lead-0xC0)<<6 | cont&0x3F] is the kind of the character of the
+// lead byte lead ≥ 0xC0 and the continuation byte cont; lead bytes of other
+// lengths, and the overlong 0xC0 and 0xC1, have kind2None. Built from
+// classify at start-up (1920 calls).
+var kind2Of = func() (t [64 << 6]uint8) {
+	for r := rune(0x80); r < 0x800; r++ {
+		cls, script, upper, accented := classify(r)
+		k := kind2None
+		switch {
+		case cls == cOther:
+			k = kind2Punct
+		case cls == cSpace:
+			k = kind2Space
+		case cls != cLetter:
+		case script == sLatin && accented:
+			k = pickKind(upper, kind2Upper, kind2Lower)
+		case script >= sCyrillic && script <= sHebrew:
+			k = kind2Cyrillic + script - sCyrillic
+		}
+		t[r] = k // (lead-0xC0)<<6 | cont&0x3F is r itself
+	}
+	return t
+}()
+
+func pickKind(cond bool, a, b uint8) uint8 {
+	if cond {
+		return a
+	}
+	return b
+}
+
+// multibyte sets the bitmaps of the multi-byte characters of the window b,
 // given its bytes ≥ 0x80 (high), the first bytes of its well-formed
-// three-byte characters (lead) and those of them that are Han (han). The
-// others are looked up one by one (kind3). It returns the bytes ≥
-// 0x80 that are not part of a character it set: those end the block.
-func (c *classes) multibyte(b []byte, high, lead, han uint64) uint64 {
+// three-byte characters (lead) and those of them that are Han (han), the
+// bytes of 0xC0–0xFF followed by a continuation byte (lead2), and those of
+// them that start Cyrillic letters of U+0400–U+047F (cyr, may be zero).
+// The others are looked up one by one (kind3, kind2Of). It returns the
+// bytes ≥ 0x80 that are not part of a character it set: those end the
+// block.
+func (c *classes) multibyte(b []byte, high, lead, han, lead2, cyr uint64) uint64 {
 	b = b[:windowLen]
 	var kinds [numKinds]uint64
 	for x := lead &^ han; x != 0; x &= x - 1 {
@@ -306,7 +397,36 @@ func (c *classes) multibyte(b []byte, high, lead, han uint64) uint64 {
 	c.blank |= three(kinds[kindSpace])
 	known := lead &^ kinds[kindNone]
 	c.cont = known<<1 | known<<2
-	return high &^ three(known)
+	c.multi = c.han | c.kana | c.hangul
+	known = three(known)
+	if lead2 != 0 {
+		known |= c.twoBytes(b, lead2, cyr)
+	}
+	return high &^ known
+}
+
+// twoBytes sets the bitmaps of the two-byte characters of the window b
+// (see multibyte) and returns their bytes.
+func (c *classes) twoBytes(b []byte, lead2, cyr uint64) uint64 {
+	b = b[:windowLen]
+	var kinds [16]uint64
+	for x := lead2 &^ cyr; x != 0; x &= x - 1 {
+		q := bits.TrailingZeros64(x) & 63
+		kinds[kind2Of[(int(b[q])-0xC0)<<6&0xFC0|int(b[q+1]&0x3F)]&15] |= 1 << q
+	}
+	kinds[kind2Cyrillic] |= cyr
+	two := func(x uint64) uint64 { return x | x<<1 }
+	upper, lower := kinds[kind2Upper], kinds[kind2Lower]
+	c.latin2, c.lower2 = two(upper|lower), two(lower)
+	c.upper |= upper
+	c.cyr, c.greek, c.arab, c.hebrew = two(kinds[kind2Cyrillic]), two(kinds[kind2Greek]), two(kinds[kind2Arabic]), two(kinds[kind2Hebrew])
+	c.uni |= two(kinds[kind2Punct])
+	c.blank |= two(kinds[kind2Space])
+	known := lead2 &^ kinds[kind2None]
+	c.lead2 = known
+	c.cont |= known << 1
+	c.multi |= c.latin2 | c.cyr | c.greek | c.arab | c.hebrew
+	return two(known)
 }
 
 // unescape reads the escapes of a JSON window b that come before its
@@ -403,7 +523,7 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
 	c.escaped, c.doubled, c.wide = tails, doubled, wide
 	if c.cont != 0 {
-		han, kana, hangul, uni, cont := c.han, c.kana, c.hangul, c.uni, c.cont
+		han, kana, hangul, uni, cont, multi := c.han, c.kana, c.hangul, c.uni, c.cont, c.multi
 		for h := heads; h != 0; {
 			q := 63 - bits.LeadingZeros64(h)
 			h &^= 1 << q
@@ -414,10 +534,37 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 			hangul = hangul&keep | hangul>>k&^keep
 			uni = uni&keep | uni>>k&^keep
 			cont = cont&keep | cont>>k&^keep
+			multi = multi&keep | multi>>k&^keep
 		}
-		c.han, c.kana, c.hangul, c.uni, c.cont = han, kana, hangul, uni, cont
+		c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = han, kana, hangul, uni, cont, multi
+		if c.lead2 != 0 {
+			c.compactTwo(heads, wheads)
+		}
 	}
 	return stop - bits.OnesCount64(heads)
+}
+
+// compactTwo drops the bytes of escapes from the bitmaps of two-byte
+// characters, as unescape does from the others: one byte before each bit
+// of heads, five before those of wheads.
+func (c *classes) compactTwo(heads, wheads uint64) {
+	lead2, latin2, lower2 := c.lead2, c.latin2, c.lower2
+	cyr, greek, arab, hebrew := c.cyr, c.greek, c.arab, c.hebrew
+	for h := heads; h != 0; {
+		q := 63 - bits.LeadingZeros64(h)
+		h &^= 1 << q
+		k := 1 + 4*uint(wheads>>q&1)
+		keep := uint64(1)<<q - 1
+		lead2 = lead2&keep | lead2>>k&^keep
+		latin2 = latin2&keep | latin2>>k&^keep
+		lower2 = lower2&keep | lower2>>k&^keep
+		cyr = cyr&keep | cyr>>k&^keep
+		greek = greek&keep | greek>>k&^keep
+		arab = arab&keep | arab>>k&^keep
+		hebrew = hebrew&keep | hebrew>>k&^keep
+	}
+	c.lead2, c.latin2, c.lower2 = lead2, latin2, lower2
+	c.cyr, c.greek, c.arab, c.hebrew = cyr, greek, arab, hebrew
 }
 
 // asciiEscapes returns the last bytes of the \u escapes of ASCII
@@ -501,7 +648,7 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		b = b[:windowLen]
 		n := cl.classify(b, avail, json)
 		valid := uint64(1)<<n - 1
-		letters := cl.letter | cl.han | cl.kana | cl.hangul
+		letters := cl.letter | cl.multi
 		cl.punct = valid &^ (letters | cl.digit | cl.space | cl.blank | cl.newline)
 		// Where the replay is idle: after a letter but before another,
 		// around a digit run, between punctuation and white space or a
@@ -547,7 +694,7 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		// characters around it: that block would find none between this
 		// one's last cut and that byte. Not so when the stop may be an
 		// artefact of the window's end (in its last two bytes: a
-		// three-byte character or an escape that goes on past it; in
+		// multi-byte character or an escape that goes on past it; in
 		// its last six, the backslash of a \u escape).
 		if stop := cl.raw(n); stop < 62 && (stop < 58 || b[stop] != '\\') {
 			c.resume(carry)
@@ -567,15 +714,15 @@ func (c *Counter) resume(script uint8) {
 }
 
 // modelled reports whether the eight bytes x (little-endian) at the start
-// of a block are worth a block: they hold no first byte of a two- or
-// four-byte UTF-8 character, nor of a three-byte one of U+0800–U+1FFF
-// (lead 0xE0 or 0xE1: Indic, Thai, …), which the bitmaps do not model.
-// Text in such a script goes to fast and step without trying blocks.
+// of a block are worth a block: they hold no first byte of a four-byte
+// UTF-8 character, nor of a three-byte one of U+0800–U+1FFF (lead 0xE0 or
+// 0xE1: Indic, Thai, …), which the bitmaps do not model. Text in such a
+// script goes to fast and step without trying blocks.
 func modelled(x uint64) bool {
 	const ones = 0x0101010101010101
 	t := x&^ones ^ ones*0xE0 // zero in the bytes 0xE0 and 0xE1
 	e01 := ^((t&(ones*0x7F) + ones*0x7F) | t) & highs
-	return (x&(x<<1)&^(x<<2)|x&(x<<1)&(x<<2)&(x<<3)|e01)&highs == 0
+	return (x&(x<<1)&(x<<2)&(x<<3)|e01)&highs == 0
 }
 
 // block counts the pieces of characters [0, cut) of a block whose bitmaps
@@ -592,9 +739,9 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	punct, lead := cl.punct, cl.uni&^cl.cont
 	starts := punct &^ (punct << 1) &^ (cl.space << 1)
 	ends := punct &^ (punct >> 1)
-	letters := cl.letter | cl.han | cl.kana | cl.hangul
-	joins := ends & (starts | (starts&lead)<<2) & (letters >> 1) & in
-	if cl.han|cl.kana|cl.hangul != 0 {
+	letters := cl.letter | cl.multi
+	joins := ends & (starts | (starts&lead&^cl.lead2)<<2 | (starts&cl.lead2)<<1) & (letters >> 1) & in
+	if cl.multi != 0 {
 		c.cjkBlock(cl, b, in, joins, carry)
 	} else {
 		c.words(cl, b, in, joins)
@@ -610,23 +757,33 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	}
 }
 
-// cjkBlock is block's counting for a block with letters of the
-// per-character scripts. Such a block often has no Latin letter or no
-// white space at all, and words and whiteSpace then count nothing: they
-// are skipped there (elsewhere the test would only add a branch).
+// cjkBlock is block's counting for a block with letters of scripts other
+// than Latin. Such a block often has no Latin letter or no white space at
+// all, and words and whiteSpace then count nothing: they are skipped there
+// (elsewhere the test would only add a branch).
 func (c *Counter) cjkBlock(cl *classes, b []byte, in, joins uint64, carry uint8) {
-	if cl.letter&in != 0 {
+	if cl.latin2 != 0 {
+		// words is to see the other words only
+		letter := cl.letter
+		cl.letter &^= c.accentedWords(cl, in, joins)
+		if cl.letter&in != 0 {
+			c.words(cl, b, in, joins)
+		}
+		cl.letter = letter
+	} else if cl.letter&in != 0 {
 		c.words(cl, b, in, joins)
 	}
-	c.cjkWords(cl, in, joins, carry)
+	if cl.multi&^cl.latin2 != 0 {
+		c.cjkWords(cl, in, joins, carry)
+	}
 	c.punctRuns(cl, in, joins)
 	if (cl.space|cl.blank|cl.newline)&in != 0 {
 		c.whiteSpace(cl, in)
 	}
 }
 
-// words counts the Latin words (runs of ASCII letters) of a block (see
-// block); joins marks the punctuation characters that start a word.
+// words counts the Latin words of ASCII letters of a block (see block);
+// joins marks the punctuation characters that start a word.
 func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
 	letter, upper := cl.letter, cl.upper
 	f := &c.feat
@@ -691,14 +848,63 @@ func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
 	}
 }
 
-// cjkWords counts the letters of the per-character scripts (Han, kana,
-// Hangul) of a block (see block): characters and runs of each, the script
-// changes inside letter runs, and the prefixes of letter runs that start
-// with one of them; joins marks the punctuation characters that start a
-// word, carry the script of a run going on from the last block.
+// accentedWords counts the Latin words of a block (see block) that hold
+// accented letters (two bytes each: latin2), one at a time, as words counts
+// the others, and returns their bytes, which words is then not to see. No
+// function word has an accent.
+func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
+	f := &c.feat
+	letter, upper := cl.letter|cl.latin2, cl.upper
+	starts := letter &^ (letter << 1) & in
+	ends := letter &^ (letter >> 1) & in
+	lower := cl.letter&^upper | cl.lower2
+	cont := cl.latin2 & cl.cont
+	var seen uint64
+	for x := cl.latin2 & cl.lead2 & in; x != 0; {
+		q := bits.TrailingZeros64(x) & 63
+		s := 63 - bits.LeadingZeros64(starts&(2<<q-1))
+		end := bits.TrailingZeros64(ends>>q) + q
+		word := uint64(2)<<end - uint64(1)<<s
+		x &^= word
+		seen |= word
+		f[FLatinAccents] += pop(cl.latin2 & cl.lead2 & word)
+		n := uint32(end-s+1) - pop(cont&word)
+		up := pop(upper & word)
+		shape := FLatinMixed
+		switch {
+		case up == 0:
+			shape = FLatinLower
+		case up == 1 && upper>>s&1 != 0:
+			shape = FLatinTitle
+		case up == n:
+			shape = FLatinUpper
+		default:
+			f[FLatinHumps] += pop(upper & (lower << 1) & word)
+		}
+		if n > latinLens {
+			f[FLatinLongChars] += n - latinLens
+			n = latinLens
+		}
+		f[shape+int(n)-1]++
+	}
+	first := starts & seen
+	f[FPrefixSpaceLatin] += pop(first & (cl.space << 1))
+	f[FPrefixWSLatin] += pop(first & (cl.blank << 1))
+	f[FPrefixPunctLatin] += pop(first & (joins &^ cl.uni << 1))
+	f[FPrefixUniLatin] += pop(first & (joins & cl.uni << 1))
+	return seen
+}
+
+// cjkWords counts the letters of scripts other than Latin of a block (see
+// block): characters and runs of the per-character scripts (Han, kana,
+// Hangul), words of the alphabets by length, the script changes inside
+// letter runs, and the prefixes of letter runs that start with one of
+// them; joins marks the punctuation characters that start a word, carry
+// the script of a run going on from the last block.
 func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 	f := &c.feat
-	letters := cl.letter | cl.han | cl.kana | cl.hangul
+	latin := cl.letter | cl.latin2
+	letters := cl.letter | cl.multi
 	// The bitmaps of the characters before: a run that goes on from the
 	// last block is a letter of its script before bit 0.
 	var carried uint64
@@ -706,7 +912,7 @@ func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 		carried = 1
 	}
 	prev := letters<<1 | carried
-	switches := cl.letter &^ (cl.letter << 1) & (prev &^ (cl.letter << 1)) // Latin after another script
+	switches := latin &^ (latin << 1) & prev // Latin after another script
 	if cl.han != 0 {
 		switches |= c.scriptRuns(cl.han, cl.cont, in, prev, carried, carry == sHan, FHanChars)
 	}
@@ -716,12 +922,41 @@ func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 	if cl.hangul != 0 {
 		switches |= c.scriptRuns(cl.hangul, cl.cont, in, prev, carried, carry == sHangul, FHangulChars)
 	}
+	if cl.lead2 != 0 {
+		if cl.cyr != 0 {
+			switches |= c.alphabetWords(cl.cyr, in, prev, FCyrillic)
+		}
+		if cl.greek|cl.arab|cl.hebrew != 0 {
+			switches |= c.alphabetWords(cl.greek, in, prev, FGreek)
+			switches |= c.alphabetWords(cl.arab, in, prev, FArabic)
+			switches |= c.alphabetWords(cl.hebrew, in, prev, FHebrew)
+		}
+	}
 	f[FScriptSwitches] += pop(switches & in)
-	first := (letters &^ cl.letter) &^ prev & in // words whose first segment is one of them
+	first := (letters &^ latin) &^ prev & in // words whose first segment is one of them
 	f[FPrefixSpaceOther] += pop(first & (cl.space << 1))
 	f[FPrefixWSOther] += pop(first & (cl.blank << 1))
 	f[FPrefixPunctOther] += pop(first & (joins &^ cl.uni << 1))
 	f[FPrefixUniOther] += pop(first & (joins & cl.uni << 1))
+}
+
+// alphabetWords counts the words (segments of letter runs) of one alphabet
+// of a block, whose letters (two bytes each) are m, by length into the
+// features from base on, and returns the letters of m that change script
+// inside a letter run (see cjkWords). No such word crosses a block's ends:
+// a run of letters counted by length is never cut.
+func (c *Counter) alphabetWords(m, in, prev uint64, base int) uint64 {
+	starts := m &^ (m << 1)
+	for ends := m &^ (m >> 1) & in; ends != 0; ends &= ends - 1 {
+		end := bits.TrailingZeros64(ends) & 63
+		n := uint32(end-(63-bits.LeadingZeros64(starts&(2<<end-1)))+1) / 2
+		if n > alphaLens {
+			c.feat[FAlphaLongChars] += n - alphaLens
+			n = alphaLens
+		}
+		c.feat[base+int(n)-1]++
+	}
+	return starts & prev
 }
 
 // scriptRuns counts the characters and the runs of one per-character
@@ -781,7 +1016,7 @@ func (c *Counter) functionWords(b []byte, starts, short, e3, e4, escaped, wide u
 // a block (see block) by length in characters; joins marks the
 // one-character runs that start a word instead. Runs of ASCII characters
 // are counted as words counts lower-case words: pk marks the ends of runs
-// of at least k. Runs of one three-byte character are counted for the
+// of at least k. Runs of one multi-byte character are counted for the
 // block too, longer runs with one one at a time.
 func (c *Counter) punctRuns(cl *classes, in, joins uint64) {
 	f := &c.feat
@@ -790,9 +1025,17 @@ func (c *Counter) punctRuns(cl *classes, in, joins uint64) {
 	ends := p &^ (p >> 1)
 	f[FPunctSpace] += pop(starts & (cl.space << 1))
 	f[FPunctNewline] += pop(cl.newline & (p << 1))
-	f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
 	if uni != 0 {
+		// characters of three bytes, and of two (their first bytes: lead2)
 		single := ends & (starts | (starts&uni)<<2)
+		if lead2 := cl.lead2; lead2 == 0 {
+			f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
+		} else {
+			last2 := lead2 << 1
+			f[FPunctU2] += pop(uni&lead2) - pop(joins&uni&last2)
+			f[FPunctU3] += pop(uni&^cl.cont&^lead2) - pop(joins&uni&^last2)
+			single = ends & (starts | (starts&uni&^lead2)<<2 | (starts&lead2)<<1)
+		}
 		f[FPunct] += pop(single) - pop(joins)
 		for rest := ends &^ single; rest != 0; rest &= rest - 1 {
 			end := bits.TrailingZeros64(rest) & 63
@@ -832,8 +1075,8 @@ func (c *Counter) punctLength(n uint32) {
 func (c *Counter) whiteSpace(cl *classes, in uint64) {
 	f := &c.feat
 	newline, punct, space := cl.newline, cl.punct, cl.space
-	letters := cl.letter | cl.han | cl.kana | cl.hangul
-	if newline|cl.blank|cl.doubled|cl.cont == 0 {
+	letters := cl.letter | cl.multi
+	if newline|cl.blank|cl.doubled == 0 {
 		// Only ' ' (most blocks of prose): every run is a trail, of
 		// one byte per character, and none takes a newline.
 		ends := space &^ (space >> 1) & in
@@ -850,7 +1093,8 @@ func (c *Counter) whiteSpace(cl *classes, in uint64) {
 	ws := bl | nl
 	trailEnds := bl &^ (ws >> 1) & in // last bytes of trails
 	nTrails := pop(trailEnds)
-	two, three := cl.doubled<<1, bl&cl.cont&^(cl.cont>>1)                   // last bytes of two- and three-byte characters
+	two := (cl.doubled | cl.lead2) << 1                                     // last bytes of two-byte characters
+	three := bl & cl.cont &^ (cl.cont >> 1) &^ two                          // and of three-byte ones
 	long := pop(trailEnds & (bl<<1&^(two|three) | bl<<2&two | bl<<3&three)) // trails of two or more
 	// Blanks followed by a newline of their run (rare): walk back to
 	// the start of their segment.

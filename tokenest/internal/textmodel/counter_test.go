@@ -338,7 +338,7 @@ func blocksMatchStep(t *testing.T, b []byte) {
 			}
 			parts.flush(len(b))
 			if parts.feat != want.feat || parts.english != want.english || parts.other != want.other {
-				t.Fatalf("%q in three parts: features %v, step %v", b, parts.feat, want.feat)
+				t.Fatalf("%q in three parts: features %v, step %v (words %d/%d, step %d/%d)", b, parts.feat, want.feat, parts.english, parts.other, want.english, want.other)
 			}
 		}
 		if got.feat != want.feat || got.english != want.english || got.other != want.other {
@@ -372,6 +372,9 @@ var blockSeeds = []string{
 	// \u escapes of ASCII punctuation, as Go's encoding/json writes '<',
 	// '>' and '&', among escapes of other characters
 	`if a \u003c b \u0026\u0026 c \u003e= d {\u003cdiv\u003e\u0026amp;\u003C/p\u003E} x\u0027s \u001b[0m \u007f\u0041b\u0030 \u4e2d\u3002 \u00e9t\u00e9`,
+	"Ядро поддерживает один объект канала для каждого специального файла; Übersetzung für naïve Öl-Straße «Zitat» 25 °C",
+	"Η γλώσσα είναι ελληνική· Ελλάδα; مرحبا بالعالم، كَتَبَ ٣ كتب; שָׁלוֹם עולם ׳ג׳; abcЖдΩωabc Жд中文Жд x\u00a0y\u00a0\u00a0\nz Ա ܐ",
+	strings.Repeat("Ёж", 40) + " " + strings.Repeat("é", 33) + "x" + strings.Repeat("«»", 20) + strings.Repeat("\u00a0", 20) + "\n",
 	`00\000000000000`, `a \u003 b`, `\u003g`, `\u00zz`, `\uu003c`, `\U003c`, `\u0080`, `\u013c`, // malformed, or not ASCII
 }
 
@@ -394,7 +397,11 @@ func TestBlocksMatchStep(t *testing.T) {
 		}
 	}
 	const alphabet = "aaaaeeetttAAZz0001999    \t\t\n\n\r\v\f\b..,,;(\"'\\/-_<>&\x1b\x7f" +
-		"中中中文字㐀䷀々〇のノーー・한국，，。。「」、（）！\u3000\u3000—“…\u2028é\u00a0Жд😀"
+		"中中中文字㐀䷀々〇のノーー・한국，，。。「」、（）！\u3000\u3000—“…\u2028é\u00a0Жд😀" +
+		// two-byte characters: accented and other Latin letters of both
+		// cases, symbols, a combining mark, white space, digits, the
+		// alphabets and scripts the bitmaps do not model
+		"ééüÜßµªɐʼ×«»©²\u0301\u0085\u0080ЖЖддёЁѣ҂\u0483ααΩάΐ\u0387\u0384ببة،\u064b٣אא׳\u05b0Աܐ"
 	var tokens []string
 	for _, r := range alphabet {
 		tokens = append(tokens, string(r))
@@ -493,6 +500,81 @@ func TestKinds(t *testing.T) {
 	}
 }
 
+// TestKinds2 checks that the block reader classifies every two-byte
+// character (U+0080–U+07FF) as classify does, or stops before it: accented
+// Latin letters (by case), the letters of the alphabets counted by length,
+// punctuation and white space are read, anything else stops the block.
+func TestKinds2(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		if on && !simd.Available512 {
+			continue
+		}
+		prev := simd.Force512(on)
+		kinds2(t)
+		simd.Force512(prev)
+	}
+}
+
+func kinds2(t *testing.T) {
+	window := make([]byte, windowLen)
+	read := 0
+	for r := rune(0x80); r < 0x800; r++ {
+		for _, at := range []int{0, 5, 62} {
+			copy(window, strings.Repeat(" ", windowLen))
+			utf8.EncodeRune(window[at:], r)
+			var cl classes
+			n := cl.classify(window, windowLen, false)
+			cls, script, upper, accented := classify(r)
+			bit := uint64(1) << at
+			both := bit | bit<<1
+			modelled := cls == cOther || cls == cSpace ||
+				cls == cLetter && (script == sLatin && accented || script >= sCyrillic && script <= sHebrew)
+			if at == 62 {
+				// the character's second byte is the window's last:
+				// read as the others are
+				if modelled != (n == 64) || !modelled && n != 62 {
+					t.Fatalf("%U at 62: read %d bytes", r, n)
+				}
+			}
+			if !modelled {
+				if n != at {
+					t.Fatalf("%U at %d: read %d bytes, want a stop at the character", r, at, n)
+				}
+				continue
+			}
+			if at == 0 {
+				read++
+			}
+			has := func(m uint64) bool { return m&both == both }
+			ok := n == 64 && cl.lead2&both == bit && cl.cont&both == bit<<1 && cl.letter&both == 0
+			switch {
+			case cls == cOther:
+				ok = ok && has(cl.uni) && cl.multi&both == 0 && cl.blank&both == 0
+			case cls == cSpace:
+				ok = ok && has(cl.blank) && cl.uni&both == 0 && cl.multi&both == 0
+			case script == sLatin:
+				ok = ok && has(cl.latin2) && has(cl.multi) && has(cl.lower2) == !upper && cl.upper&both == bit&-b2u(upper)
+			default:
+				m := [...]uint64{cl.cyr, cl.greek, cl.arab, cl.hebrew}[script-sCyrillic]
+				ok = ok && has(m) && has(cl.multi) && cl.latin2&both == 0 && cl.upper&both == 0
+			}
+			if !ok {
+				t.Fatalf("%U at %d (class %d script %d upper %v accented %v): n %d\n%+v", r, at, cls, script, upper, accented, n, cl)
+			}
+		}
+	}
+	if read < 1500 {
+		t.Errorf("only %d two-byte characters read", read)
+	}
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // TestEscapedKinds checks that the block reader reads the \u escape of
 // every character of U+0000–U+FFFF as it reads the character's shortest
 // JSON form (raw, or a two-byte escape), or stops at it: each escape of
@@ -576,7 +658,8 @@ func TestClassifyPaths(t *testing.T) {
 	}
 	pieces := []string{"a", "e", "Z", "0", "9", " ", "\t", "\n", "\r", "\v", "\f", "\x00", "\x1f", ".", "/", `"`, `\`,
 		`\n`, `\r`, `\t`, `\f`, `\b`, `\"`, `\\`, `\/`, `\u00e9`, `\x`, "中", "䷀", "㐀", "\xe3\x8f\xbf", "の", "한", "，", "\u3000", "—",
-		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80"}
+		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80",
+		"ü", "Ü", "ß", "«", "\u00a0", "µ", "\u0301", "ё", "ѣ", "҂", "α", "Ω", "ب", "א", "Ա", "٣", "\xd0", "\xc0\x80", "\xf0\x90", "\xf1\x80\x80\x80"}
 	rng := rand.New(rand.NewPCG(7, 8))
 	window := make([]byte, windowLen)
 	for r := range 200000 {

@@ -18,14 +18,18 @@
 // SKIPPED. `.ci/bench paths` runs it for every class and both methods.
 //
 // Classes: english, chinese, code (string prompts, as BenchmarkEstimate),
-// chat (as BenchmarkEstimateChat) and escaped (the Chinese prompt with
-// every non-ASCII character \u-escaped, as BenchmarkEstimateEscaped).
+// chat (as BenchmarkEstimateChat), escaped (the Chinese prompt with every
+// non-ASCII character \u-escaped, as BenchmarkEstimateEscaped), and any
+// other class of the samples (german, russian, json…: string prompts, as
+// BenchmarkEstimateLanguages).
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -75,10 +79,13 @@ func run(args []string, out io.Writer) error {
 	case "escaped":
 		body, err = benchdata.Prompt(*dir, "chinese", *tokens)
 		body = benchdata.ASCIIOnly(body)
-	case "english", "chinese", "code":
-		body, err = benchdata.Prompt(*dir, *class, *tokens)
 	default:
-		return fmt.Errorf("unknown class %q (english, chinese, code, chat, escaped)", *class)
+		// english, chinese, code, or any other class of the samples
+		// (german, russian, json…): a string prompt
+		body, err = benchdata.Prompt(*dir, *class, *tokens)
+		if _, dirErr := os.Stat(*dir); errors.Is(err, iofs.ErrNotExist) && dirErr == nil {
+			return fmt.Errorf("unknown class %q (english, chinese, code, chat, escaped, or a class of %s such as german or russian)", *class, *dir)
+		}
 	}
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ func TestRun(t *testing.T) {
 		{args: "-class klingon", err: `unknown class "klingon"`},
 		{args: "-method chars5", err: "chars5"},
 		{args: "-samples /nonexistent", err: "no such file"},
+		{args: "-class russian"},
 		{args: "-bogus", err: "bogus"},
 	} {
 		var out bytes.Buffer
