@@ -21,8 +21,10 @@ import (
 //
 // The bitmaps model ASCII, the two-byte escapes of a JSON string and its
 // \u escapes of ASCII punctuation (asciiEscapes), the three-byte
-// characters of CJK text: Han, kana and Hangul letters, CJK and general
-// punctuation and wide spaces (multibyte), and the two-byte characters of
+// characters of CJK text (Han, kana and Hangul letters, CJK and general
+// punctuation and wide spaces) and of Thai and the Brahmic scripts (their
+// letters, and their vowel signs and viramas: combining marks, so
+// punctuation) (multibyte), and the two-byte characters of
 // European and Middle Eastern text: accented Latin letters, the letters of
 // Cyrillic, Greek, Arabic and Hebrew, symbols, combining marks and the
 // no-break space (twoBytes). Every byte of a multi-byte character carries
@@ -37,8 +39,9 @@ import (
 // a letter that a non-letter follows, around a digit run (neither takes
 // anything from what is around it), between punctuation and white space or
 // a digit, after a newline that no white space follows; or inside a run of
-// Han, kana or Hangul letters, which is counted by characters and ends, not
-// by length, and so goes on into the next block (see blocks). The next
+// letters of a per-character script (Han, kana, Hangul, Thai, Brahmic),
+// which is counted by characters and ends, not by length, and so goes on
+// into the next block (see blocks). The next
 // block starts there. Where no cut is left before the readable part ends,
 // fast and step take over, as they would have from the start.
 // TestBlocksMatchStep and FuzzBlocksMatchStep check that the features equal
@@ -75,6 +78,7 @@ type classes struct {
 	newline              uint64 // \r \n
 	punct                uint64 // every other character (cOther)
 	han, kana, hangul    uint64 // letters of the per-character scripts (three bytes each)
+	thai, indic          uint64 // and of the others (Devanagari and the other Brahmic scripts of U+0900–U+0DFF)
 	uni                  uint64 // punctuation of two and three bytes
 	cont                 uint64 // bytes after the first of a character
 
@@ -265,12 +269,13 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 // reset zeroes the bitmaps that only bytes ≥ 0x80 and escapes set.
 func (c *classes) reset() {
 	c.han, c.kana, c.hangul, c.uni, c.cont, c.escaped, c.doubled, c.wide, c.quotes = 0, 0, 0, 0, 0, 0, 0, 0, 0
-	c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew, c.multi = 0, 0, 0, 0, 0, 0, 0, 0
+	c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew, c.multi, c.thai, c.indic = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 }
 
 // Kinds of three-byte characters for the block reader: the Han ideographs
 // that the bit planes do not settle, CJK and general punctuation, wide
-// spaces, kana and Hangul.
+// spaces, kana, Hangul, and the letters of Thai and of the Brahmic scripts
+// (whose vowel signs and viramas are combining marks: punctuation).
 const (
 	kindNone uint8 = iota // anything else ends a block
 	kindPunct
@@ -278,17 +283,19 @@ const (
 	kindHan
 	kindKana
 	kindHangul
+	kindThai
+	kindIndic
 	numKinds
 )
 
 // kindPage[r>>8] is the index in kindPages of the kinds of the characters
 // r of a 256-character page: built from classify at start-up for the pages
-// of general punctuation, CJK symbols and kana, and full-width forms (768
-// calls; the Hangul syllables, settled by range in classify, are too in
-// kind3).
+// of the Brahmic scripts and Thai, general punctuation, CJK symbols and
+// kana, and full-width forms (2304 calls; the Hangul syllables, settled by
+// range in classify, are too in kind3).
 var kindPage, kindPages = func() (index [256]uint8, pages [][256]uint8) {
 	pages = append(pages, [256]uint8{}) // 0: none
-	for _, hi := range []int{0x20, 0x30, 0xFF} {
+	for _, hi := range []int{0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x20, 0x30, 0xFF} {
 		var page [256]uint8
 		for lo := range page {
 			page[lo] = kindOf(classify(rune(hi<<8 | lo)))
@@ -320,6 +327,10 @@ func kindOf(cls, script uint8, _, _ bool) uint8 {
 		return kindHan
 	case script == sKana:
 		return kindKana
+	case script == sThai:
+		return kindThai
+	case script == sIndic:
+		return kindIndic
 	}
 	return kindNone // Hangul syllables are kind3's
 }
@@ -388,7 +399,7 @@ func (c *classes) multibyte(b []byte, high, lead, han, lead2, cyr uint64) uint64
 	var kinds [numKinds]uint64
 	for x := lead &^ han; x != 0; x &= x - 1 {
 		q := bits.TrailingZeros64(x) & 63
-		kinds[kind3(int(b[q]&0x0F)<<12|int(b[q+1]&0x3F)<<6|int(b[q+2]&0x3F))] |= 1 << q
+		kinds[kind3(int(b[q]&0x0F)<<12|int(b[q+1]&0x3F)<<6|int(b[q+2]&0x3F))&(numKinds-1)] |= 1 << q
 	}
 	kinds[kindHan] |= han
 	three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
@@ -398,6 +409,10 @@ func (c *classes) multibyte(b []byte, high, lead, han, lead2, cyr uint64) uint64
 	known := lead &^ kinds[kindNone]
 	c.cont = known<<1 | known<<2
 	c.multi = c.han | c.kana | c.hangul
+	if kinds[kindThai]|kinds[kindIndic] != 0 {
+		c.thai, c.indic = three(kinds[kindThai]), three(kinds[kindIndic])
+		c.multi |= c.thai | c.indic
+	}
 	known = three(known)
 	if lead2 != 0 {
 		known |= c.twoBytes(b, lead2, cyr)
@@ -537,7 +552,7 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 			multi = multi&keep | multi>>k&^keep
 		}
 		c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = han, kana, hangul, uni, cont, multi
-		if c.lead2 != 0 {
+		if c.lead2|c.thai|c.indic != 0 {
 			c.compactTwo(heads, wheads)
 		}
 	}
@@ -545,11 +560,12 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 }
 
 // compactTwo drops the bytes of escapes from the bitmaps of two-byte
-// characters, as unescape does from the others: one byte before each bit
-// of heads, five before those of wheads.
+// characters, and of Thai and Brahmic letters, as unescape does from the
+// others: one byte before each bit of heads, five before those of wheads.
 func (c *classes) compactTwo(heads, wheads uint64) {
 	lead2, latin2, lower2 := c.lead2, c.latin2, c.lower2
 	cyr, greek, arab, hebrew := c.cyr, c.greek, c.arab, c.hebrew
+	thai, indic := c.thai, c.indic
 	for h := heads; h != 0; {
 		q := 63 - bits.LeadingZeros64(h)
 		h &^= 1 << q
@@ -562,7 +578,10 @@ func (c *classes) compactTwo(heads, wheads uint64) {
 		greek = greek&keep | greek>>k&^keep
 		arab = arab&keep | arab>>k&^keep
 		hebrew = hebrew&keep | hebrew>>k&^keep
+		thai = thai&keep | thai>>k&^keep
+		indic = indic&keep | indic>>k&^keep
 	}
+	c.thai, c.indic = thai, indic
 	c.lead2, c.latin2, c.lower2 = lead2, latin2, lower2
 	c.cyr, c.greek, c.arab, c.hebrew = cyr, greek, arab, hebrew
 }
@@ -623,7 +642,7 @@ func (c *classes) raw(k int) int {
 // the bitmaps do not model (returning that byte's offset), where fewer
 // than minBlock bytes are left, or at the closing quote of a JSON string
 // when the last block read the text to its end. A block may also end between two letters
-// of a per-character script (Han, kana, Hangul), whose runs are counted
+// of a per-character script (Han, kana, Hangul, Thai, Brahmic), whose runs are counted
 // by characters and ends, not by length: the run then goes on into the
 // next block, or into step if blocks stop there (see resume).
 func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
@@ -655,8 +674,12 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		// digit, after a newline but before more white space.
 		digit, ws := cl.digit, cl.space|cl.blank|cl.newline
 		var within uint64
-		if cl.cont != 0 { // three-byte characters: maybe CJK letters
-			within = (cl.han&(cl.han<<1) | cl.kana&(cl.kana<<1) | cl.hangul&(cl.hangul<<1)) &^ cl.cont
+		if cl.cont != 0 { // multi-byte characters: maybe letters of per-character scripts
+			within = cl.han&(cl.han<<1) | cl.kana&(cl.kana<<1) | cl.hangul&(cl.hangul<<1)
+			if cl.thai|cl.indic != 0 {
+				within |= cl.thai&(cl.thai<<1) | cl.indic&(cl.indic<<1)
+			}
+			within &^= cl.cont
 		}
 		cuts := (letters<<1&^letters | digit ^ digit<<1 | cl.punct<<1&(ws&^cl.newline|digit) |
 			cl.newline<<1&^ws | within) & valid &^ 1
@@ -678,12 +701,7 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 		c.block(&cl, b, cut, carry)
 		carry = 0
 		if within>>cut&1 != 0 {
-			carry = sHan
-			if cl.kana>>cut&1 != 0 {
-				carry = sKana
-			} else if cl.hangul>>cut&1 != 0 {
-				carry = sHangul
-			}
+			carry = runScript(&cl, cut)
 		}
 		next := i + cl.raw(cut)
 		if end != 0 {
@@ -704,6 +722,22 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 	}
 }
 
+// runScript returns the per-character script of the letter at character
+// k of a block.
+func runScript(cl *classes, k int) uint8 {
+	switch {
+	case cl.han>>k&1 != 0:
+		return sHan
+	case cl.kana>>k&1 != 0:
+		return sKana
+	case cl.hangul>>k&1 != 0:
+		return sHangul
+	case cl.thai>>k&1 != 0:
+		return sThai
+	}
+	return sIndic
+}
+
 // resume hands a run of a per-character script that the blocks left open
 // (script, 0 for none) to step: a word segment whose characters so far are
 // counted already.
@@ -715,14 +749,14 @@ func (c *Counter) resume(script uint8) {
 
 // modelled reports whether the eight bytes x (little-endian) at the start
 // of a block are worth a block: they hold no first byte of a four-byte
-// UTF-8 character, nor of a three-byte one of U+0800–U+1FFF (lead 0xE0 or
-// 0xE1: Indic, Thai, …), which the bitmaps do not model. Text in such a
-// script goes to fast and step without trying blocks.
+// UTF-8 character, nor of a three-byte one of U+1000–U+1FFF (lead 0xE1:
+// Myanmar, Georgian, Ethiopic, Khmer, …), which the bitmaps do not model.
+// Text in such a script goes to fast and step without trying blocks.
 func modelled(x uint64) bool {
 	const ones = 0x0101010101010101
-	t := x&^ones ^ ones*0xE0 // zero in the bytes 0xE0 and 0xE1
-	e01 := ^((t&(ones*0x7F) + ones*0x7F) | t) & highs
-	return (x&(x<<1)&(x<<2)&(x<<3)|e01)&highs == 0
+	t := x ^ ones*0xE1 // zero in the bytes 0xE1
+	e1 := ^((t&(ones*0x7F) + ones*0x7F) | t) & highs
+	return (x&(x<<1)&(x<<2)&(x<<3)|e1)&highs == 0
 }
 
 // block counts the pieces of characters [0, cut) of a block whose bitmaps
@@ -897,7 +931,7 @@ func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
 
 // cjkWords counts the letters of scripts other than Latin of a block (see
 // block): characters and runs of the per-character scripts (Han, kana,
-// Hangul), words of the alphabets by length, the script changes inside
+// Hangul, Thai, Brahmic), words of the alphabets by length, the script changes inside
 // letter runs, and the prefixes of letter runs that start with one of
 // them; joins marks the punctuation characters that start a word, carry
 // the script of a run going on from the last block.
@@ -921,6 +955,10 @@ func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 	}
 	if cl.hangul != 0 {
 		switches |= c.scriptRuns(cl.hangul, cl.cont, in, prev, carried, carry == sHangul, FHangulChars)
+	}
+	if cl.thai|cl.indic != 0 {
+		switches |= c.scriptRuns(cl.thai, cl.cont, in, prev, carried, carry == sThai, FThaiChars)
+		switches |= c.scriptRuns(cl.indic, cl.cont, in, prev, carried, carry == sIndic, FIndicChars)
 	}
 	if cl.lead2 != 0 {
 		if cl.cyr != 0 {

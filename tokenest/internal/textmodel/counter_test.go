@@ -374,6 +374,8 @@ var blockSeeds = []string{
 	`if a \u003c b \u0026\u0026 c \u003e= d {\u003cdiv\u003e\u0026amp;\u003C/p\u003E} x\u0027s \u001b[0m \u007f\u0041b\u0030 \u4e2d\u3002 \u00e9t\u00e9`,
 	"Ядро поддерживает один объект канала для каждого специального файла; Übersetzung für naïve Öl-Straße «Zitat» 25 °C",
 	"Η γλώσσα είναι ελληνική· Ελλάδα; مرحبا بالعالم، كَتَبَ ٣ كتب; שָׁלוֹם עולם ׳ג׳; abcЖдΩωabc Жд中文Жд x\u00a0y\u00a0\u00a0\nz Ա ܐ",
+	"नमस्ते दुनिया। यह एक परीक्षण है, १२३ abcनमस्ते; ภาษาไทย เป็นภาษา ที่ใช้ ๑๒ กันมาก; তামিল தமிழ் ಕನ್ನಡ ລາວ ქართ",
+	strings.Repeat("नमस्ते", 12) + strings.Repeat("ภาษาไทย", 10) + "x" + strings.Repeat("कख", 20),
 	strings.Repeat("Ёж", 40) + " " + strings.Repeat("é", 33) + "x" + strings.Repeat("«»", 20) + strings.Repeat("\u00a0", 20) + "\n",
 	`00\000000000000`, `a \u003 b`, `\u003g`, `\u00zz`, `\uu003c`, `\U003c`, `\u0080`, `\u013c`, // malformed, or not ASCII
 }
@@ -401,7 +403,10 @@ func TestBlocksMatchStep(t *testing.T) {
 		// two-byte characters: accented and other Latin letters of both
 		// cases, symbols, a combining mark, white space, digits, the
 		// alphabets and scripts the bitmaps do not model
-		"ééüÜßµªɐʼ×«»©²\u0301\u0085\u0080ЖЖддёЁѣ҂\u0483ααΩάΐ\u0387\u0384ببة،\u064b٣אא׳\u05b0Աܐ"
+		"ééüÜßµªɐʼ×«»©²\u0301\u0085\u0080ЖЖддёЁѣ҂\u0483ααΩάΐ\u0387\u0384ببة،\u064b٣אא׳\u05b0Աܐ" +
+		// three-byte letters and marks of Devanagari, Bengali, Tamil,
+		// Thai, Lao, Georgian
+		"ननमस्तें।१অকதिกกาี่๑ກა"
 	var tokens []string
 	for _, r := range alphabet {
 		tokens = append(tokens, string(r))
@@ -457,6 +462,8 @@ func TestKinds(t *testing.T) {
 		kindHan:    func(cls, script uint8) bool { return cls == cLetter && script == sHan },
 		kindKana:   func(cls, script uint8) bool { return cls == cLetter && script == sKana },
 		kindHangul: func(cls, script uint8) bool { return cls == cLetter && script == sHangul },
+		kindThai:   func(cls, script uint8) bool { return cls == cLetter && script == sThai },
+		kindIndic:  func(cls, script uint8) bool { return cls == cLetter && script == sIndic },
 	}
 	window := make([]byte, windowLen)
 	modelledHan := 0
@@ -481,6 +488,10 @@ func TestKinds(t *testing.T) {
 			kind = kindKana
 		case cl.hangul&1 != 0:
 			kind = kindHangul
+		case cl.thai&1 != 0:
+			kind = kindThai
+		case cl.indic&1 != 0:
+			kind = kindIndic
 		case cl.uni&1 != 0:
 			kind = kindPunct
 		case cl.blank&1 != 0:
@@ -659,7 +670,8 @@ func TestClassifyPaths(t *testing.T) {
 	pieces := []string{"a", "e", "Z", "0", "9", " ", "\t", "\n", "\r", "\v", "\f", "\x00", "\x1f", ".", "/", `"`, `\`,
 		`\n`, `\r`, `\t`, `\f`, `\b`, `\"`, `\\`, `\/`, `\u00e9`, `\x`, "中", "䷀", "㐀", "\xe3\x8f\xbf", "の", "한", "，", "\u3000", "—",
 		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80",
-		"ü", "Ü", "ß", "«", "\u00a0", "µ", "\u0301", "ё", "ѣ", "҂", "α", "Ω", "ب", "א", "Ա", "٣", "\xd0", "\xc0\x80", "\xf0\x90", "\xf1\x80\x80\x80"}
+		"ü", "Ü", "ß", "«", "\u00a0", "µ", "\u0301", "ё", "ѣ", "҂", "α", "Ω", "ب", "א", "Ա", "٣", "\xd0", "\xc0\x80", "\xf0\x90", "\xf1\x80\x80\x80",
+		"न", "्", "।", "१", "ก", "ี", "ກ", "ა", "\xe0\xa4"}
 	rng := rand.New(rand.NewPCG(7, 8))
 	window := make([]byte, windowLen)
 	for r := range 200000 {

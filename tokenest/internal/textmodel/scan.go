@@ -15,7 +15,8 @@ import (
 // Three readers share the work. Whenever the replay is idle (between
 // pieces), blocks reads 64 bytes at a time through bitmaps of character
 // classes (see block.go), as far as their characters are modelled there
-// (ASCII, escapes, and the three-byte characters of CJK text); then fast
+// (ASCII, escapes, and the characters of most scripts: see block.go's
+// overview); then fast
 // reads whole pieces of ASCII text, for at most fastSpan bytes before
 // blocks try again. Whatever neither can settle goes character by
 // character through step, the replay's definition, until the piece ends;
