@@ -238,11 +238,13 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	if m.High != 0 {
 		lead := m.Lead & (m.Cont >> 1) & (m.Cont >> 2)
 		// lead bytes of two bytes (0xC0–0xDF) and of four (0xF0–0xFF,
-		// which multibyte's table does not read), and the Cyrillic ones
-		// (0xD0, 0xD1) from the bit planes, which the masks do not tell
+		// which multibyte's table does not read), and, where there are
+		// enough of them for the bit planes to cost less than looking
+		// them up, the Cyrillic ones (0xD0, 0xD1), which the masks do not
+		// tell
 		lead2 := m.High &^ m.Cont &^ m.Lead & (m.Cont >> 1)
 		var cyr uint64
-		if lead2 != 0 {
+		if bits.OnesCount64(lead2) > 4 {
 			var p [8]uint64
 			simd.Planes((*[64]byte)(b[:64]), &p)
 			cyr = lead2 &^ p[5] & p[4] &^ (p[3] | p[2] | p[1])
