@@ -13,6 +13,48 @@ var Available = hasAVX2()
 // the noavx512 tag. Tests set it to false to run the AVX2 path.
 var Available512 = Available && avx512Allowed && hasAVX512()
 
+// AvailablePEXT reports whether Compress may be called: the CPU has
+// BMI2's PEXT, and runs it in hardware (not AMD's and Hygon's before
+// family 0x19, Zen 3, which run it in microcode at tens of cycles an
+// instruction). Tests set it to false to run the pure-Go compaction.
+var AvailablePEXT = hasFastPEXT()
+
+func hasFastPEXT() bool {
+	maxLeaf, vendor1, vendor3, vendor2 := cpuid(0, 0)
+	if maxLeaf < 7 {
+		return false
+	}
+	if _, ebx7, _, _ := cpuid(7, 0); ebx7&(1<<8) == 0 { // BMI2
+		return false
+	}
+	amd := vendor1 == 0x68747541 && vendor2 == 0x69746e65 && vendor3 == 0x444d4163   // "AuthenticAMD"
+	hygon := vendor1 == 0x6f677948 && vendor2 == 0x6e65476e && vendor3 == 0x656e6975 // "HygonGenuine"
+	if !amd && !hygon {
+		return true
+	}
+	eax1, _, _, _ := cpuid(1, 0)
+	family := eax1 >> 8 & 0xF
+	if family == 0xF {
+		family += eax1 >> 20 & 0xFF
+	}
+	return family >= 0x19
+}
+
+// Compress replaces each of the n words from p by the bits of it that keep
+// selects, packed towards bit 0, with zeros above them (PEXT; see
+// AvailablePEXT).
+//
+//go:noescape
+func Compress(p *uint64, n int, keep uint64)
+
+// ForcePEXT sets AvailablePEXT to on, if the machine has a fast PEXT, and
+// returns the value it had.
+func ForcePEXT(on bool) bool {
+	prev := AvailablePEXT
+	AvailablePEXT = on && hasFastPEXT()
+	return prev
+}
+
 func hasAVX2() bool {
 	_, _, ecx1, _ := cpuid(1, 0)
 	const popcnt, osxsave, avx = 1 << 23, 1 << 27, 1 << 28
@@ -79,12 +121,13 @@ func StringBlocks512(p *byte, n int, carry uint64) (done, chars int, carryOut, s
 func Classify(p *[72]byte, out *Masks)
 
 // Force sets Available to on, if the machine has the kernels, and
-// Available512 with it, and returns the value Available had: tests run
+// Available512 and AvailablePEXT with it, and returns the value Available had: tests run
 // the pure-Go paths with defer simd.Force(simd.Force(false)).
 func Force(on bool) bool {
 	prev := Available
 	Available = on && hasAVX2()
 	Available512 = Available && avx512Allowed && hasAVX512()
+	AvailablePEXT = on && hasFastPEXT()
 	return prev
 }
 

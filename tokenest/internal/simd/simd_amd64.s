@@ -531,3 +531,22 @@ short512:
 
 stopped512:
 	STRINGRETURN
+
+// func Compress(p *uint64, n int, keep uint64)
+TEXT ·Compress(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ keep+16(FP), DX
+	TESTQ CX, CX
+	JLE compressDone
+
+compressLoop:
+	MOVQ (SI), AX
+	PEXTQ DX, AX, AX
+	MOVQ AX, (SI)
+	ADDQ $8, SI
+	DECQ CX
+	JNZ compressLoop
+
+compressDone:
+	RET

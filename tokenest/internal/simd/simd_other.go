@@ -10,6 +10,16 @@ const Available = false
 // the purego build.
 const Available512 = false
 
+// AvailablePEXT is false: there is no PEXT kernel on this architecture or
+// in the purego build.
+const AvailablePEXT = false
+
+// Compress is not available here (see AvailablePEXT).
+func Compress(p *uint64, n int, keep uint64) { panic("simd: no kernels") }
+
+// ForcePEXT does nothing here: there is no kernel to turn on or off.
+func ForcePEXT(on bool) bool { return false }
+
 // Planes is not available here (see Available).
 func Planes(p *[64]byte, out *[8]uint64) { panic("simd: no kernels") }
 

@@ -250,3 +250,41 @@ func TestMasksLayout(t *testing.T) {
 		}
 	}
 }
+
+// compressRef is the definition of Compress for one word, bit by bit.
+func compressRef(x, keep uint64) (out uint64) {
+	k := 0
+	for i := range 64 {
+		if keep>>i&1 != 0 {
+			out |= (x >> i & 1) << k
+			k++
+		}
+	}
+	return out
+}
+
+func TestCompress(t *testing.T) {
+	if !AvailablePEXT {
+		t.Skip("no fast PEXT on this machine or build")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 10000 {
+		var p, want [7]uint64
+		keep := rng.Uint64() | rng.Uint64() // mostly kept, as escapes are dropped
+		if rng.IntN(4) == 0 {
+			keep = ^uint64(0) << rng.IntN(64)
+		}
+		n := rng.IntN(len(p) + 1)
+		for i := range p {
+			p[i] = rng.Uint64()
+			want[i] = p[i]
+			if i < n {
+				want[i] = compressRef(p[i], keep)
+			}
+		}
+		Compress(&p[0], n, keep)
+		if p != want {
+			t.Fatalf("keep %#x n %d: %#x, want %#x", keep, n, p, want)
+		}
+	}
+}

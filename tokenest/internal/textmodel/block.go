@@ -492,6 +492,13 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 	letter, upper, digit := c.letter&^escaped, c.upper, c.digit
 	blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
 	space = c.space
+	if simd.AvailablePEXT {
+		wheads = wide >> 5 & (1<<stop - 1)
+		if drop := heads | wheads; drop&(drop-1) != 0 {
+			return c.compress(heads, wheads, stop, [...]uint64{letter &^ wide, upper &^ wide, digit &^ wide,
+				space, blank, tab, newline, tails | wide, doubled, wide})
+		}
+	}
 	if wide == 0 {
 		for h := heads; h != 0; {
 			q := 63 - bits.LeadingZeros64(h)
@@ -559,6 +566,32 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 		}
 	}
 	return stop - bits.OnesCount64(heads)
+}
+
+// compress is unescape's compaction by PEXT (simd.Compress), for windows
+// with two escapes or more to drop (a loop per escape costs ~45
+// instructions, PEXT one per bitmap): it drops the backslashes of heads and
+// the five bytes from each backslash of wheads from the bitmaps m (letter,
+// upper, digit, space, blank, tab, newline, escaped, doubled, wide) and
+// from those of multi-byte characters, sets them, and returns the number
+// of characters before the stop, the raw byte stop.
+func (c *classes) compress(heads, wheads uint64, stop int, m [10]uint64) int {
+	keep := ^(heads | wheads*0x1F) // wheads are six bytes apart or more: no carries
+	simd.Compress(&m[0], len(m), keep)
+	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = m[0], m[1], m[2], m[3], m[4], m[5], m[6]
+	c.escaped, c.doubled, c.wide = m[7], m[8], m[9]
+	if c.cont != 0 {
+		multi := [...]uint64{c.han, c.kana, c.hangul, c.uni, c.cont, c.multi}
+		simd.Compress(&multi[0], len(multi), keep)
+		c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = multi[0], multi[1], multi[2], multi[3], multi[4], multi[5]
+		if c.lead2|c.thai|c.indic != 0 {
+			two := [...]uint64{c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew, c.thai, c.indic}
+			simd.Compress(&two[0], len(two), keep)
+			c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew = two[0], two[1], two[2], two[3], two[4], two[5], two[6]
+			c.thai, c.indic = two[7], two[8]
+		}
+	}
+	return stop - 4*bits.OnesCount64(wheads) - bits.OnesCount64(heads|wheads)
 }
 
 // compactTwo drops the bytes of escapes from the bitmaps of two-byte

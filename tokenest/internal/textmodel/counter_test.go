@@ -697,3 +697,36 @@ func TestClassifyPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactionPaths checks that unescape's compaction by PEXT
+// (simd.Compress) and its loop give classify the same bitmaps and the same
+// readable length, on random windows of escapes, ASCII and multi-byte
+// characters.
+func TestCompactionPaths(t *testing.T) {
+	if !simd.AvailablePEXT {
+		t.Skip("no PEXT kernel on this machine or build")
+	}
+	pieces := []string{"a", "Z", "0", " ", "\n", ".", `\n`, `\t`, `\"`, `\\`, `\/`, `\b`, `\u003c`, `\u001B`, `\u00e9`,
+		"中", "の", "한", "，", "é", "Ж", "α", "ب", "\u00a0", "«", "न", "्", "ก"}
+	rng := rand.New(rand.NewPCG(9, 10))
+	window := make([]byte, windowLen)
+	for r := range 100000 {
+		window = window[:0]
+		for len(window) < windowLen {
+			window = append(window, pieces[rng.IntN(len(pieces))]...)
+		}
+		window = window[:windowLen]
+		avail := windowLen
+		if r%4 == 0 {
+			avail = rng.IntN(windowLen)
+		}
+		var pext, loop classes
+		n := pext.classify(window, avail, true)
+		prev := simd.ForcePEXT(false)
+		m := loop.classify(window, avail, true)
+		simd.ForcePEXT(prev)
+		if n != m || pext != loop {
+			t.Fatalf("avail=%d %q:\nPEXT %d %+v\nloop %d %+v", avail, window, n, pext, m, loop)
+		}
+	}
+}
