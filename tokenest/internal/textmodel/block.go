@@ -359,11 +359,12 @@ const (
 
 // kind2Of[(lead-0xC0)<<6 | cont&0x3F] is the kind of the character of the
 // lead byte lead ≥ 0xC0 and the continuation byte cont; lead bytes of other
-// lengths, and the overlong 0xC0 and 0xC1, have kind2None. Built from
-// classify at start-up (1920 calls).
+// lengths, and the overlong 0xC0 and 0xC1, have kind2None. Built at
+// start-up from classify's answers in lowInfo.
 var kind2Of = func() (t [64 << 6]uint8) {
 	for r := rune(0x80); r < 0x800; r++ {
-		cls, script, upper, accented := classify(r)
+		ci := lowInfo[r]
+		cls, script, upper, accented := ci.class(), ci.script(), ci.upper(), ci.accented()
 		k := kind2None
 		switch {
 		case cls == cOther:

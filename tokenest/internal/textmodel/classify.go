@@ -116,7 +116,8 @@ func (ci charInfo) accented() bool { return ci&(1<<8) != 0 }
 // spends its characters in: the two-byte UTF-8 range U+0000–U+07FF (Latin,
 // Greek, Cyrillic, Hebrew, Arabic), general punctuation, CJK symbols and
 // kana, and full-width forms. Built once at start-up: about 2600 calls of
-// classify, 0.3 ms natively.
+// classify; with the block reader's pages of kinds (kindPages, 2304 more),
+// 0.25 ms natively.
 var (
 	lowInfo   = infoTable(0, 0x800)
 	punctInfo = infoTable(0x2000, 0x2070)
