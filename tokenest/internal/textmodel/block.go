@@ -598,6 +598,10 @@ func (c *classes) compress(heads, wheads uint64, stop int, m [10]uint64) int {
 // compactTwo drops the bytes of escapes from the bitmaps of two-byte
 // characters, and of Thai and Brahmic letters, as unescape does from the
 // others: one byte before each bit of heads, five before those of wheads.
+// (Without PEXT: wasm, purego. Its loop repeats unescape's for other
+// bitmaps, so that each loop keeps its bitmaps in registers; one function
+// for all the multi-byte bitmaps, called from unescape, cost Chinese
+// prompts ~1 % more instructions, measured before PEXT.)
 func (c *classes) compactTwo(heads, wheads uint64) {
 	lead2, latin2, lower2 := c.lead2, c.latin2, c.lower2
 	cyr, greek, arab, hebrew := c.cyr, c.greek, c.arab, c.hebrew

@@ -674,16 +674,8 @@ func TestClassifyPaths(t *testing.T) {
 		"न", "्", "।", "१", "ก", "ี", "ກ", "ა", "\xe0\xa4"}
 	rng := rand.New(rand.NewPCG(7, 8))
 	window := make([]byte, windowLen)
-	for r := range 200000 {
-		window = window[:0]
-		for len(window) < windowLen {
-			window = append(window, pieces[rng.IntN(len(pieces))]...)
-		}
-		window = window[:windowLen]
-		avail := windowLen
-		if r%4 == 0 {
-			avail = rng.IntN(windowLen)
-		}
+	for range 200000 {
+		avail := randomWindow(rng, pieces, window)
 		for _, json := range []bool{false, true} {
 			var fast, slow classes
 			n := fast.classify(window, avail, json)
@@ -710,16 +702,8 @@ func TestCompactionPaths(t *testing.T) {
 		"中", "の", "한", "，", "é", "Ж", "α", "ب", "\u00a0", "«", "न", "्", "ก"}
 	rng := rand.New(rand.NewPCG(9, 10))
 	window := make([]byte, windowLen)
-	for r := range 100000 {
-		window = window[:0]
-		for len(window) < windowLen {
-			window = append(window, pieces[rng.IntN(len(pieces))]...)
-		}
-		window = window[:windowLen]
-		avail := windowLen
-		if r%4 == 0 {
-			avail = rng.IntN(windowLen)
-		}
+	for range 100000 {
+		avail := randomWindow(rng, pieces, window)
 		var pext, loop classes
 		n := pext.classify(window, avail, true)
 		prev := simd.ForcePEXT(false)
@@ -729,4 +713,19 @@ func TestCompactionPaths(t *testing.T) {
 			t.Fatalf("avail=%d %q:\nPEXT %d %+v\nloop %d %+v", avail, window, n, pext, m, loop)
 		}
 	}
+}
+
+// randomWindow fills window (windowLen bytes) with pieces drawn at random
+// and returns how many of its bytes a test is to leave to the reader: all
+// of them, or in one window in four a random number.
+func randomWindow(rng *rand.Rand, pieces []string, window []byte) (avail int) {
+	w := window[:0]
+	for len(w) < windowLen {
+		w = append(w, pieces[rng.IntN(len(pieces))]...)
+	}
+	copy(window, w[:windowLen])
+	if rng.IntN(4) == 0 {
+		return rng.IntN(windowLen)
+	}
+	return windowLen
 }
