@@ -195,7 +195,11 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		b7s := (b7 &^ b6 & b5 & b4 &^ b3 & b2 & b1 & b0) >> 1 // second byte 0xB7
 		e4b7 := ^b3 & b2 &^ b1 &^ b0 & b7s
 		han := lead & (^b3&b2&^e4b7 | b3&^b2&^b1 | ^b3&^b2&b1&b0&((b5|b4)>>1))
-		trouble |= c.multibyte(b, b7, lead, han, lead2, cyr)
+		var hangul uint64
+		if lead&b3&(b2^b1) != 0 { // leads 0xEA–0xED
+			hangul = hangulLeads(lead, b0, b1, b2, b3, b4, b5)
+		}
+		trouble |= c.multibyte(b, b7, lead, han, hangul, lead2, cyr)
 	}
 	if !json {
 		return bits.TrailingZeros64(trouble)
@@ -243,13 +247,16 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 		// them up, the Cyrillic ones (0xD0, 0xD1), which the masks do not
 		// tell
 		lead2 := m.High &^ m.Cont &^ m.Lead & (m.Cont >> 1)
-		var cyr uint64
-		if bits.OnesCount64(lead2) > 4 {
+		han := lead & m.Han
+		var cyr, hangul uint64
+		if other := lead &^ han; bits.OnesCount64(lead2) > 4 ||
+			other != 0 && b[bits.TrailingZeros64(other)&63]-0xEA < 4 && bits.OnesCount64(other) > 3 {
 			var p [8]uint64
 			simd.Planes((*[64]byte)(b[:64]), &p)
 			cyr = lead2 &^ p[5] & p[4] &^ (p[3] | p[2] | p[1])
+			hangul = hangulLeads(lead, p[0], p[1], p[2], p[3], p[4], p[5])
 		}
-		trouble |= c.multibyte(b, m.High, lead, lead&m.Han, lead2, cyr)
+		trouble |= c.multibyte(b, m.High, lead, han, hangul, lead2, cyr)
 	}
 	if !json {
 		return bits.TrailingZeros64(trouble)
@@ -266,6 +273,23 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	blanks := escaped & m.TF
 	puncts := escaped & (m.B | m.Quote | m.Backslash | m.Slash)
 	return c.unescape(b, trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
+}
+
+// hangulLeads returns the first bytes of the Hangul syllables (U+AC00–U+D79F)
+// among the three-byte characters that start at lead, from the bit planes
+// b0–b5 of their bytes: lead bytes 0xEB and 0xEC, 0xEA with a second byte ≥
+// 0xB0, 0xED with a second byte < 0x9E (U+D7A0–U+D7A3 are left to kind3).
+// The bit-plane path takes it where a block has a lead byte of 0xEA–0xED;
+// the AVX-512 path, whose masks do not tell lead bytes apart, where a
+// block has more than three characters that are neither Han nor
+// two-byte and the first of them has such a lead byte (it then needs the
+// planes as well), so that Chinese and Japanese text seldom pay for it.
+func hangulLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
+	eaeb := b3 &^ b2 & b1 // 0xEA, 0xEB
+	eced := b3 & b2 &^ b1 // 0xEC, 0xED
+	s5, s4 := b5>>1, b4>>1
+	high := ^s5 &^ (s4 & (b3 >> 1) & (b2 >> 1) & (b1 >> 1)) // second byte 0x80–0x9D
+	return lead & (eaeb&(b0|s5&s4) | eced&(^b0|high))
 }
 
 // reset zeroes the bitmaps that only bytes ≥ 0x80 and escapes set.
@@ -392,19 +416,20 @@ func pickKind(cond bool, a, b uint8) uint8 {
 // multibyte sets the bitmaps of the multi-byte characters of the window b,
 // given its bytes ≥ 0x80 (high), the first bytes of its well-formed
 // three-byte characters (lead) and those of them that are Han (han), the
-// bytes of 0xC0–0xFF followed by a continuation byte (lead2), and those of
-// them that start Cyrillic letters of U+0400–U+047F (cyr, may be zero).
-// The others are looked up one by one (kind3, kind2Of). It returns the
-// bytes ≥ 0x80 that are not part of a character it set: those end the
-// block.
-func (c *classes) multibyte(b []byte, high, lead, han, lead2, cyr uint64) uint64 {
+// Hangul syllables among them (hangul, may be zero), the bytes of 0xC0–0xFF
+// followed by a continuation byte (lead2), and those of them that start
+// Cyrillic letters of U+0400–U+047F (cyr, may be zero). The others are
+// looked up one by one (kind3, kind2Of). It returns the bytes ≥ 0x80 that
+// are not part of a character it set: those end the block.
+func (c *classes) multibyte(b []byte, high, lead, han, hangul, lead2, cyr uint64) uint64 {
 	b = b[:windowLen]
 	var kinds [numKinds]uint64
-	for x := lead &^ han; x != 0; x &= x - 1 {
+	for x := lead &^ han &^ hangul; x != 0; x &= x - 1 {
 		q := bits.TrailingZeros64(x) & 63
 		kinds[kind3(int(b[q]&0x0F)<<12|int(b[q+1]&0x3F)<<6|int(b[q+2]&0x3F))&(numKinds-1)] |= 1 << q
 	}
 	kinds[kindHan] |= han
+	kinds[kindHangul] |= hangul
 	three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
 	c.han, c.kana, c.hangul = three(kinds[kindHan]), three(kinds[kindKana]), three(kinds[kindHangul])
 	c.uni = three(kinds[kindPunct])

@@ -456,6 +456,17 @@ func jsonEscape(r rune, form int) string {
 // character it models (see multibyte) as classify does: Han found from the
 // bit planes, the others by kind3.
 func TestKinds(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		if on && !simd.Available512 {
+			continue
+		}
+		prev := simd.Force512(on)
+		kinds3(t)
+		simd.Force512(prev)
+	}
+}
+
+func kinds3(t *testing.T) {
 	want := map[uint8]func(cls, script uint8) bool{
 		kindPunct:  func(cls, _ uint8) bool { return cls == cOther },
 		kindSpace:  func(cls, _ uint8) bool { return cls == cSpace },
@@ -475,6 +486,15 @@ func TestKinds(t *testing.T) {
 		utf8.EncodeRune(window, r)
 		var cl classes
 		n := cl.classify(window, windowLen, false)
+		// The same character 21 times over (more than three that are
+		// not Han take the bit-plane tests of hangulLeads): the same
+		// bitmaps, repeated.
+		copy(window, strings.Repeat(string(r), 21))
+		var many classes
+		if m := many.classify(window, windowLen, false); m != n && !(n == 64 && m == 64) ||
+			n == 64 && (many.han^cl.han|many.kana^cl.kana|many.hangul^cl.hangul|many.uni^cl.uni|many.blank^cl.blank|many.cont^cl.cont)&7 != 0 {
+			t.Fatalf("%U: alone read %d bytes %+v, 21 times over %d %+v", r, n, cl, m, many)
+		}
 		cls, script, _, _ := classify(r)
 		var kind uint8
 		switch {
