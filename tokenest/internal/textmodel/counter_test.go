@@ -456,12 +456,18 @@ func jsonEscape(r rune, form int) string {
 // character it models (see multibyte) as classify does: Han found from the
 // bit planes, the others by kind3.
 func TestKinds(t *testing.T) {
+	bothPaths(t, kinds3)
+}
+
+// bothPaths runs check with the bit planes' classification, and with the
+// AVX-512 kernel's where there is one.
+func bothPaths(t *testing.T, check func(*testing.T)) {
 	for _, on := range []bool{false, true} {
 		if on && !simd.Available512 {
 			continue
 		}
 		prev := simd.Force512(on)
-		kinds3(t)
+		check(t)
 		simd.Force512(prev)
 	}
 }
@@ -536,14 +542,7 @@ func kinds3(t *testing.T) {
 // Latin letters (by case), the letters of the alphabets counted by length,
 // punctuation and white space are read, anything else stops the block.
 func TestKinds2(t *testing.T) {
-	for _, on := range []bool{false, true} {
-		if on && !simd.Available512 {
-			continue
-		}
-		prev := simd.Force512(on)
-		kinds2(t)
-		simd.Force512(prev)
-	}
+	bothPaths(t, kinds2)
 }
 
 func kinds2(t *testing.T) {
