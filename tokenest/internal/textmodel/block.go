@@ -397,7 +397,7 @@ var kind2Of = func() (t [64 << 6]uint8) {
 			k = kind2Space
 		case cls != cLetter:
 		case script == sLatin && accented:
-			k = pickKind(upper, kind2Upper, kind2Lower)
+			k = pick(upper, kind2Upper, kind2Lower)
 		case script >= sCyrillic && script <= sHebrew:
 			k = kind2Cyrillic + script - sCyrillic
 		}
@@ -405,13 +405,6 @@ var kind2Of = func() (t [64 << 6]uint8) {
 	}
 	return t
 }()
-
-func pickKind(cond bool, a, b uint8) uint8 {
-	if cond {
-		return a
-	}
-	return b
-}
 
 // multibyte sets the bitmaps of the multi-byte characters of the window b,
 // given its bytes ≥ 0x80 (high), the first bytes of its well-formed
@@ -841,7 +834,7 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	letters := cl.letter | cl.multi
 	joins := ends & (starts | (starts&lead&^cl.lead2)<<2 | (starts&cl.lead2)<<1) & (letters >> 1) & in
 	if cl.multi != 0 {
-		c.cjkBlock(cl, b, in, joins, carry)
+		c.nonLatinBlock(cl, b, in, joins, carry)
 	} else {
 		c.words(cl, b, in, joins)
 		c.punctRuns(cl, in, joins)
@@ -856,11 +849,12 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 	}
 }
 
-// cjkBlock is block's counting for a block with letters of scripts other
-// than Latin. Such a block often has no Latin letter or no white space at
-// all, and words and whiteSpace then count nothing: they are skipped there
-// (elsewhere the test would only add a branch).
-func (c *Counter) cjkBlock(cl *classes, b []byte, in, joins uint64, carry uint8) {
+// nonLatinBlock is block's counting for a block with letters beyond ASCII:
+// accented Latin ones (accentedWords) or those of other scripts
+// (nonLatinWords). Such a block often has no ASCII letter or no white space
+// at all, and words and whiteSpace then count nothing: they are skipped
+// there (elsewhere the test would only add a branch).
+func (c *Counter) nonLatinBlock(cl *classes, b []byte, in, joins uint64, carry uint8) {
 	if cl.latin2 != 0 {
 		// words is to see the other words only
 		letter := cl.letter
@@ -873,7 +867,7 @@ func (c *Counter) cjkBlock(cl *classes, b []byte, in, joins uint64, carry uint8)
 		c.words(cl, b, in, joins)
 	}
 	if cl.multi&^cl.latin2 != 0 {
-		c.cjkWords(cl, in, joins, carry)
+		c.nonLatinWords(cl, in, joins, carry)
 	}
 	c.punctRuns(cl, in, joins)
 	if (cl.space|cl.blank|cl.newline)&in != 0 {
@@ -994,13 +988,13 @@ func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
 	return seen
 }
 
-// cjkWords counts the letters of scripts other than Latin of a block (see
-// block): characters and runs of the per-character scripts (Han, kana,
-// Hangul, Thai, Brahmic), words of the alphabets by length, the script changes inside
-// letter runs, and the prefixes of letter runs that start with one of
-// them; joins marks the punctuation characters that start a word, carry
-// the script of a run going on from the last block.
-func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
+// nonLatinWords counts the letters of scripts other than Latin of a block
+// (see block): characters and runs of the per-character scripts (Han,
+// kana, Hangul, Thai, Brahmic), words of the alphabets by length, the
+// script changes inside letter runs, and the prefixes of letter runs that
+// start with one of them; joins marks the punctuation characters that
+// start a word, carry the script of a run going on from the last block.
+func (c *Counter) nonLatinWords(cl *classes, in, joins uint64, carry uint8) {
 	f := &c.feat
 	latin := cl.letter | cl.latin2
 	letters := cl.letter | cl.multi
@@ -1046,7 +1040,7 @@ func (c *Counter) cjkWords(cl *classes, in, joins uint64, carry uint8) {
 // alphabetWords counts the words (segments of letter runs) of one alphabet
 // of a block, whose letters (two bytes each) are m, by length into the
 // features from base on, and returns the letters of m that change script
-// inside a letter run (see cjkWords). No such word crosses a block's ends:
+// inside a letter run (see nonLatinWords). No such word crosses a block's ends:
 // a run of letters counted by length is never cut.
 func (c *Counter) alphabetWords(m, in, prev uint64, base int) uint64 {
 	starts := m &^ (m << 1)
@@ -1063,7 +1057,7 @@ func (c *Counter) alphabetWords(m, in, prev uint64, base int) uint64 {
 }
 
 // scriptRuns counts the characters and the runs of one per-character
-// script of a block (see cjkWords), whose letters are m, into the features
+// script of a block (see nonLatinWords), whose letters are m, into the features
 // chars and chars+1, and returns the letters of m that change script inside
 // a letter run; carries tells whether the run going on from the last block
 // (carried, bit -1) is of this script.

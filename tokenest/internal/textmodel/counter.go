@@ -429,7 +429,7 @@ func (c *Counter) startWord(r rune, prefix, script uint8, upper, accented bool) 
 	c.startSegment(r, script, upper, accented)
 }
 
-func pick(cond bool, a, b int) int {
+func pick[T any](cond bool, a, b T) T {
 	if cond {
 		return a
 	}
