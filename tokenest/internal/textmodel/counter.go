@@ -44,12 +44,14 @@ const (
 // Counter accumulates feature counts over one or more texts. The zero value
 // is ready to use; a Counter is under a kilobyte and lives on the stack.
 type Counter struct {
-	// counts: of the current text for the Latin features (the first
-	// NumLatin, whose weights depend on the text's Englishness), of all
-	// texts since the Counter was made for the others (see End)
+	// counts of all texts since the Counter was made (see End)
 	feat [NumFeatures]uint32
-	// estimated tokens of the finished texts in units of 1/nano: fixed
-	// point, so that the total does not depend on the order of the texts
+	// the Latin counts (the first NumLatin, whose weights depend on a
+	// text's Englishness) where the current text started
+	base [NumLatin]uint32
+	// what the finished texts' Englishness takes from or adds to their
+	// estimate (see End) in units of 1/nano: fixed point, so that the
+	// total does not depend on the order of the texts
 	sum int64
 
 	// function words seen in the current text (see lang.go), and the
@@ -96,9 +98,8 @@ type Counter struct {
 // nano is the fixed-point scale of Counter.sum.
 const nano = 1e9
 
-// Features returns the counts so far: of the current text for the Latin
-// features (the first NumLatin), of every text since the Counter was made
-// for the others.
+// Features returns the counts so far, of every text since the Counter was
+// made.
 func (c *Counter) Features() *[NumFeatures]uint32 { return &c.feat }
 
 // LastEnglishness returns the Englishness (0..1) the last finished text was
@@ -107,9 +108,12 @@ func (c *Counter) LastEnglishness() float64 { return c.lastEnglish }
 
 // Estimate returns the estimated tokens of the finished texts, rounded to
 // the nearest integer and never negative. End the last text first: one
-// still in progress would count in part (its features after the Latin
-// ones, see End).
+// still in progress would count in part (the pieces it has finished, as
+// if it were English).
 func (c *Counter) Estimate() int {
+	if c.feat == [NumFeatures]uint32{} {
+		return 0 // no piece at all (a request's tools Counter, often): no dot product
+	}
 	sum := c.sum + c.rest()*(nano/1000)
 	if sum <= 0 {
 		return 0
@@ -150,54 +154,70 @@ func (c *Counter) PartRune(r rune) {
 
 // End closes the current text at input offset pos (used only for Trace)
 // and adds its cost: the dot product of its counts with Weights, the Latin
-// features weighted by the text's Englishness.
+// features weighted by the text's Englishness e, e·English + (1−e)·other,
+// which is English + (1−e)·(other − English).
 //
 // The weights are whole thousandths (tokcalib rounds them so), so the
 // dot products are sums of integers (milliWeights), exact and without a
-// chain of floating-point additions: the English and the other weights of
-// the Latin features give two sums, mixed by the Englishness once. The
-// other features' weights do not depend on the text, so their counts are
-// not reset but go on over all texts, and Estimate takes their one dot
-// product (rest): a chat body's hundred short texts pay for the Latin
-// features only. Groups of counts that most texts leave at zero (Latin
-// words with capitals, each alphabet by length) are skipped with one
-// branch each when they are.
+// chain of floating-point additions. The counts are never reset: they go
+// on over all texts, and Estimate takes one dot product of them with the
+// weights (rest), the English ones for the Latin features. What depends on the text is the (1−e) term, and e is 1
+// exactly for a text without function words of other languages (English,
+// code, JSON, names, CJK text): End then only notes where the next text's
+// counts start (base), and a chat body's hundred short texts pay for
+// nothing else. For the others it takes the dot product of the text's own
+// Latin counts (the counts less base) with the differences of the
+// weights, skipping with one branch each the groups of counts that most
+// texts leave at zero (Latin words with capitals).
 func (c *Counter) End(pos int) {
 	c.flush(pos)
-	e := englishness(c.english, c.other)
-	var en, other int64 // thousandths of a token
+	feat := (*[NumLatin]uint32)(c.feat[:NumLatin])
+	if c.other != 0 {
+		e := englishness(c.english, c.other)
+		var d int64 // thousandths of a token
+		for i := range latinLens {
+			d += int64(feat[i]-c.base[i]) * milliLatinDiff[i]
+		}
+		for g := FLatinTitle; g < fLatinRunsEnd; g += latinLens {
+			if *(*[latinLens]uint32)(feat[g:]) == *(*[latinLens]uint32)(c.base[g:]) {
+				continue
+			}
+			for i := g; i < g+latinLens; i++ {
+				d += int64(feat[i]-c.base[i]) * milliLatinDiff[i]
+			}
+		}
+		for i := fLatinRunsEnd; i < NumLatin; i++ {
+			d += int64(feat[i]-c.base[i]) * milliLatinDiff[i]
+		}
+		const perMilli = nano / 1000
+		c.sum += int64(math.Round((1 - e) * float64(d) * perMilli))
+		c.lastEnglish = e
+	} else {
+		c.lastEnglish = 1 // englishness(english, 0)
+	}
+	c.base = *feat
+	c.english, c.other = 0, 0
+}
+
+// rest returns the dot product, in thousandths of a token, of the counts
+// with the English weights of the Latin features and the weights of the
+// others.
+func (c *Counter) rest() int64 {
+	var rest int64
 	for i := range latinLens {
-		f := int64(c.feat[i])
-		en += f * milliWeights[i]
-		other += f * milliWeights[OtherLatin+i]
+		rest += int64(c.feat[i]) * milliWeights[i]
 	}
 	for g := FLatinTitle; g < fLatinRunsEnd; g += latinLens {
 		if zero(c.feat[g : g+latinLens]) {
 			continue
 		}
 		for i := g; i < g+latinLens; i++ {
-			f := int64(c.feat[i])
-			en += f * milliWeights[i]
-			other += f * milliWeights[OtherLatin+i]
+			rest += int64(c.feat[i]) * milliWeights[i]
 		}
 	}
 	for i := fLatinRunsEnd; i < NumLatin; i++ {
-		f := int64(c.feat[i])
-		en += f * milliWeights[i]
-		other += f * milliWeights[OtherLatin+i]
+		rest += int64(c.feat[i]) * milliWeights[i]
 	}
-	const perMilli = nano / 1000
-	latin := e*float64(en) + (1-e)*float64(other)
-	c.sum += int64(math.Round(latin * perMilli))
-	c.lastEnglish = e
-	*(*[NumLatin]uint32)(c.feat[:NumLatin]) = [NumLatin]uint32{}
-	c.english, c.other = 0, 0
-}
-
-// rest returns the dot product, in thousandths of a token, of the counts
-// of the features after the Latin ones with their weights.
-func (c *Counter) rest() int64 {
-	var rest int64
 	for g := FCyrillic; g < fAlphaEnd; g += alphaLens {
 		if zero(c.feat[g : g+alphaLens]) {
 			continue
@@ -219,6 +239,15 @@ var milliWeights = func() (w [NumWeights]int64) {
 		w[i] = int64(math.Round(v * 1000))
 	}
 	return w
+}()
+
+// milliLatinDiff holds, for each Latin feature, its other-language weight
+// less its English weight, in thousandths of a token.
+var milliLatinDiff = func() (d [NumLatin]int64) {
+	for i := range d {
+		d[i] = milliWeights[OtherLatin+i] - milliWeights[i]
+	}
+	return d
 }()
 
 // zero reports whether all of counts (a multiple of four) are zero.

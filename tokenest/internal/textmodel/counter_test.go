@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -74,6 +75,47 @@ func TestEnglishness(t *testing.T) {
 	}
 }
 
+// TestTextsAddUp checks that a Counter's estimate over several texts is
+// the sum of each text's cost by the definition (End's doc comment): the
+// Latin counts weighted e·English + (1−e)·other with the text's own
+// Englishness e, the rest with their weights; End weighs the Latin counts
+// of texts with e < 1 only and leaves the rest to Estimate.
+func TestTextsAddUp(t *testing.T) {
+	texts := []string{
+		"the cat and the dog went to the park with all of them",
+		"der Hund und die Katze sind mit dem Ball auf der Wiese",
+		"", "func main() { x := ParseHTTPHeader(y) }",
+		"le chat et the dog: un mélange de langues, and Some CamelCase Words",
+		"日本語のテキスト and the English", "Ελληνικά κείμενα και русский текст",
+		"la", "UPPER CASE ET MINUSCULES POUR LE TEST",
+	}
+	var all Counter
+	var want float64 // thousandths of a token
+	for _, text := range texts {
+		var one Counter
+		one.Text([]byte(text))
+		all.Text([]byte(text))
+		e := one.LastEnglishness()
+		for i, f := range one.Features() {
+			w := float64(milliWeights[i])
+			if i < NumLatin {
+				w = e*w + (1-e)*float64(milliWeights[OtherLatin+i])
+			}
+			want += float64(f) * w
+		}
+		if all.LastEnglishness() != e {
+			t.Errorf("%q: englishness %v after other texts, %v alone", text, all.LastEnglishness(), e)
+		}
+	}
+	got := float64(all.sum)/(nano/1000) + float64(all.rest())
+	if math.Abs(got-want) > 1e-6 {
+		t.Errorf("%d texts: %.9f thousandths, by the definition %.9f", len(texts), got, want)
+	}
+	if int(math.Round(want/1000)) != all.Estimate() {
+		t.Errorf("estimate %d, by the definition %.3f", all.Estimate(), want/1000)
+	}
+}
+
 func TestJSONStringMatchesText(t *testing.T) {
 	var a, b Counter
 	a.Text([]byte("line one\n\t\"quoted\" é 😀"))
@@ -109,8 +151,6 @@ func FuzzText(f *testing.F) {
 	})
 }
 
-// TestLangTable checks that the perfect hash keeps every listed function
-// word, with its language, and that other words are not found.
 // TestMilliWeights checks that every weight is a whole number of
 // thousandths, which End's integer dot products rely on.
 func TestMilliWeights(t *testing.T) {
@@ -121,6 +161,8 @@ func TestMilliWeights(t *testing.T) {
 	}
 }
 
+// TestLangTable checks that the perfect hash keeps every listed function
+// word, with its language, and that other words are not found.
 func TestLangTable(t *testing.T) {
 	for count, words := range map[uint32][]string{1: englishWords, 1 << 16: otherWords} {
 		for _, w := range words {
