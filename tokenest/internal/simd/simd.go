@@ -38,4 +38,11 @@ type Masks struct {
 	// Letters that name an escape after a backslash: n or r, t or f, t, b.
 	// These four and Slash are zero when Backslash is.
 	NR, TF, T, B uint64
+	// Kana: lead bytes of kana letters, judged from the two bytes after:
+	// 0xE3 before 0x81–0x83 (U+3040–U+30FF) but U+3040 (0x81 0x80),
+	// U+3097–U+309C (0x82 0x97–0x9C), U+30A0 (0x82 0xA0) and U+30FB (0x83
+	// 0xBB). Hangul: lead bytes of Hangul syllables of U+AC00–U+D77F,
+	// judged from the byte after: 0xEB, 0xEC, 0xEA before a byte ≥ 0xB0,
+	// 0xED before a byte < 0x9E.
+	Kana, Hangul uint64
 }

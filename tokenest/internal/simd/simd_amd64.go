@@ -115,7 +115,7 @@ func StringBlocks(p *byte, n int, carry uint64) (done, chars int, carryOut, stop
 func StringBlocks512(p *byte, n int, carry uint64) (done, chars int, carryOut, stop, bslash, cont uint64)
 
 // Classify sets the masks of the 64 bytes at p (see Masks) in out. It
-// reads the 65th byte too, as the successor of the 64th.
+// reads the 65th and 66th bytes too, as the successors of the last ones.
 //
 //go:noescape
 func Classify(p *[72]byte, out *Masks)

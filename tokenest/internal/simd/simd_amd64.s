@@ -306,6 +306,7 @@ stopped:
 	DATA name<>+56(SB)/8, v \
 	GLOBL name<>(SB), (NOPTR+RODATA), $64
 
+ROW64(b02, $0x0202020202020202)
 ROW64(b04, $0x0404040404040404)
 ROW64(b06, $0x0606060606060606)
 ROW64(b09, $0x0909090909090909)
@@ -324,12 +325,24 @@ ROW64(b66, $0x6666666666666666)
 ROW64(b6e, $0x6E6E6E6E6E6E6E6E)
 ROW64(b72, $0x7272727272727272)
 ROW64(b74, $0x7474747474747474)
+ROW64(b80, $0x8080808080808080)
+ROW64(b81, $0x8181818181818181)
+ROW64(b82, $0x8282828282828282)
+ROW64(b83, $0x8383838383838383)
 ROW64(b90, $0x9090909090909090)
+ROW64(b97, $0x9797979797979797)
+ROW64(b9e, $0x9E9E9E9E9E9E9E9E)
+ROW64(ba0, $0xA0A0A0A0A0A0A0A0)
+ROW64(bb0, $0xB0B0B0B0B0B0B0B0)
 ROW64(bb7, $0xB7B7B7B7B7B7B7B7)
+ROW64(bbb, $0xBBBBBBBBBBBBBBBB)
 ROW64(bc0, $0xC0C0C0C0C0C0C0C0)
 ROW64(be0, $0xE0E0E0E0E0E0E0E0)
 ROW64(be3, $0xE3E3E3E3E3E3E3E3)
 ROW64(be4, $0xE4E4E4E4E4E4E4E4)
+ROW64(bea, $0xEAEAEAEAEAEAEAEA)
+ROW64(beb, $0xEBEBEBEBEBEBEBEB)
+ROW64(bed, $0xEDEDEDEDEDEDEDED)
 ROW64(bf0, $0xF0F0F0F0F0F0F0F0)
 
 // Offsets of the fields of Masks (TestMasksLayout checks them).
@@ -352,6 +365,8 @@ ROW64(bf0, $0xF0F0F0F0F0F0F0F0)
 #define M_TF 128
 #define M_T 136
 #define M_B 144
+#define M_KANA 152
+#define M_HANGUL 160
 
 // func Classify(p *[72]byte, out *Masks)
 //
@@ -376,6 +391,8 @@ TEXT ·Classify(SB), NOSPLIT, $0-16
 	MOVQ $0, M_CONT(DI)
 	MOVQ $0, M_LEAD(DI)
 	MOVQ $0, M_HAN(DI)
+	MOVQ $0, M_KANA(DI)
+	MOVQ $0, M_HANGUL(DI)
 	JMP ascii
 
 multibyte:
@@ -394,6 +411,54 @@ multibyte:
 	VPCMPUB $5, b90<>(SB), Z1, K2, K2
 	KORQ K1, K2, K1
 	KMOVQ K1, M_HAN(DI)
+
+	// Kana leads: 0xE3 before 0x81 but before 0x80 after that, before
+	// 0x82 but before 0x97–0x9C or 0xA0, before 0x83 but before 0xBB (Z3
+	// holds bytes 2–65, each byte's second successor).
+	VPCMPEQB be3<>(SB), Z0, K2
+	KORTESTQ K2, K2
+	JNZ kana
+	MOVQ $0, M_KANA(DI)
+	JMP hangul
+
+kana:
+	VMOVDQU8 2(SI), Z3
+	VPCMPEQB b81<>(SB), Z1, K2, K3
+	VPCMPEQB b80<>(SB), Z3, K4
+	KANDNQ K3, K4, K3
+	VPCMPEQB b82<>(SB), Z1, K2, K4
+	VPSUBB b97<>(SB), Z3, Z2
+	VPCMPUB $1, b06<>(SB), Z2, K5
+	VPCMPEQB ba0<>(SB), Z3, K6
+	KORQ K5, K6, K5
+	KANDNQ K4, K5, K4
+	KORQ K3, K4, K3
+	VPCMPEQB b83<>(SB), Z1, K2, K4
+	VPCMPEQB bbb<>(SB), Z3, K5
+	KANDNQ K4, K5, K4
+	KORQ K3, K4, K3
+	KMOVQ K3, M_KANA(DI)
+
+hangul:
+	// Hangul leads: 0xEB, 0xEC; 0xEA before a byte ≥ 0xB0; 0xED before a
+	// byte < 0x9E.
+	VPSUBB bea<>(SB), Z0, Z2
+	VPCMPUB $1, b04<>(SB), Z2, K2
+	KORTESTQ K2, K2
+	JNZ syllables
+	MOVQ $0, M_HANGUL(DI)
+	JMP ascii
+
+syllables:
+	VPSUBB beb<>(SB), Z0, Z2
+	VPCMPUB $1, b02<>(SB), Z2, K3
+	VPCMPEQB bea<>(SB), Z0, K4
+	VPCMPUB $5, bb0<>(SB), Z1, K4, K4
+	KORQ K3, K4, K3
+	VPCMPEQB bed<>(SB), Z0, K4
+	VPCMPUB $1, b9e<>(SB), Z1, K4, K4
+	KORQ K3, K4, K3
+	KMOVQ K3, M_HANGUL(DI)
 
 ascii:
 	// ASCII letters: (x | 0x20) - 'a' < 26; capitals: x - 'A' < 26;

@@ -166,7 +166,7 @@ func FuzzKernels(f *testing.F) {
 // classifyRef is the definition of Classify, byte by byte.
 func classifyRef(p *[72]byte) (m Masks) {
 	for k, c := range p[:64] {
-		next := p[k+1]
+		next, third := p[k+1], p[k+2]
 		set := func(mask *uint64, on bool) {
 			if on {
 				*mask |= 1 << k
@@ -191,6 +191,9 @@ func classifyRef(p *[72]byte) (m Masks) {
 		set(&m.TF, c == 't' || c == 'f')
 		set(&m.T, c == 't')
 		set(&m.B, c == 'b')
+		set(&m.Kana, c == 0xE3 && (next == 0x81 && third != 0x80 ||
+			next == 0x82 && (third < 0x97 || third > 0x9C) && third != 0xA0 || next == 0x83 && third != 0xBB))
+		set(&m.Hangul, c == 0xEB || c == 0xEC || c == 0xEA && next >= 0xB0 || c == 0xED && next < 0x9E)
 	}
 	if m.Backslash == 0 {
 		m.Slash, m.NR, m.TF, m.T, m.B = 0, 0, 0, 0, 0
@@ -200,7 +203,7 @@ func classifyRef(p *[72]byte) (m Masks) {
 
 func checkClassify(t *testing.T, p *[72]byte) {
 	t.Helper()
-	got := Masks{Cont: 1, Lead: 1, Han: 1, Slash: 1, NR: 1, TF: 1, T: 1, B: 1} // not left as they were
+	got := Masks{Cont: 1, Lead: 1, Han: 1, Slash: 1, NR: 1, TF: 1, T: 1, B: 1, Kana: 1, Hangul: 1} // not left as they were
 	Classify(p, &got)
 	if want := classifyRef(p); got != want {
 		t.Fatalf("Classify(% x) = %+v, want %+v", p[:], got, want)
@@ -223,7 +226,18 @@ func TestClassify(t *testing.T) {
 			checkClassify(t, &p)
 		}
 	}
-	const special = "\"\\/nrtfb \t\n\r\v\f\x00\x1f09AZaz\x80\xbf\xc0\xe0\xe3\xe4\xe9\xea\xef\xf0\x90\xb7"
+	// Kana judges a byte by the two after it: every third byte after 0xE3
+	// and each second byte near 0x81–0x83.
+	for w := 0x7F; w <= 0x84; w++ {
+		for x := range 256 {
+			k := (w + x) % 64
+			p = [72]byte{}
+			p[k], p[k+1], p[k+2] = 0xE3, byte(w), byte(x)
+			checkClassify(t, &p)
+		}
+	}
+	const special = "\"\\/nrtfb \t\n\r\v\f\x00\x1f09AZaz\x80\xbf\xc0\xe0\xe3\xe4\xe9\xea\xef\xf0\x90\xb7" +
+		"\x81\x82\x83\x97\x9c\x9d\x9e\xa0\xb0\xbb\xeb\xec\xed"
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 20000 {
 		for k := range p {
@@ -240,7 +254,7 @@ func TestClassify(t *testing.T) {
 func TestMasksLayout(t *testing.T) {
 	var m Masks
 	fields := []*uint64{&m.Letter, &m.Upper, &m.Digit, &m.Ctrl, &m.Newline, &m.Blank, &m.Tab, &m.Space,
-		&m.Quote, &m.Backslash, &m.Slash, &m.High, &m.Cont, &m.Lead, &m.Han, &m.NR, &m.TF, &m.T, &m.B}
+		&m.Quote, &m.Backslash, &m.Slash, &m.High, &m.Cont, &m.Lead, &m.Han, &m.NR, &m.TF, &m.T, &m.B, &m.Kana, &m.Hangul}
 	if len(fields)*8 != int(unsafe.Sizeof(m)) {
 		t.Fatalf("Masks has %d bytes, the list %d fields", unsafe.Sizeof(m), len(fields))
 	}

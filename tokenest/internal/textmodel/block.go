@@ -195,11 +195,14 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		b7s := (b7 &^ b6 & b5 & b4 &^ b3 & b2 & b1 & b0) >> 1 // second byte 0xB7
 		e4b7 := ^b3 & b2 &^ b1 &^ b0 & b7s
 		han := lead & (^b3&b2&^e4b7 | b3&^b2&^b1 | ^b3&^b2&b1&b0&((b5|b4)>>1))
-		var hangul uint64
+		var hangul, kana uint64
 		if lead&b3&(b2^b1) != 0 { // leads 0xEA–0xED
 			hangul = hangulLeads(lead, b0, b1, b2, b3, b4, b5)
 		}
-		trouble |= c.multibyte(b, b7, lead, han, hangul, lead2, cyr)
+		if other := lead &^ han &^ hangul; bits.OnesCount64(other) > 3 {
+			kana = kanaLeads(other, b0, b1, b2, b3, b4, b5)
+		}
+		trouble |= c.multibyte((*[windowLen]byte)(b), b7, lead, han, hangul, kana, lead2, cyr)
 	}
 	if !json {
 		return bits.TrailingZeros64(trouble)
@@ -247,16 +250,13 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 		// them up, the Cyrillic ones (0xD0, 0xD1), which the masks do not
 		// tell
 		lead2 := m.High &^ m.Cont &^ m.Lead & (m.Cont >> 1)
-		han := lead & m.Han
-		var cyr, hangul uint64
-		if other := lead &^ han; bits.OnesCount64(lead2) > 4 ||
-			other != 0 && b[bits.TrailingZeros64(other)&63]-0xEA < 4 && bits.OnesCount64(other) > 3 {
+		var cyr uint64
+		if bits.OnesCount64(lead2) > 4 {
 			var p [8]uint64
 			simd.Planes((*[64]byte)(b[:64]), &p)
 			cyr = lead2 &^ p[5] & p[4] &^ (p[3] | p[2] | p[1])
-			hangul = hangulLeads(lead, p[0], p[1], p[2], p[3], p[4], p[5])
 		}
-		trouble |= c.multibyte(b, m.High, lead, han, hangul, lead2, cyr)
+		trouble |= c.multibyte((*[windowLen]byte)(b), m.High, lead, lead&m.Han, lead&m.Hangul, lead&m.Kana, lead2, cyr)
 	}
 	if !json {
 		return bits.TrailingZeros64(trouble)
@@ -275,21 +275,43 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	return c.unescape(b, trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
 }
 
-// hangulLeads returns the first bytes of the Hangul syllables (U+AC00–U+D79F)
+// hangulLeads returns the first bytes of the Hangul syllables (U+AC00–U+D77F)
 // among the three-byte characters that start at lead, from the bit planes
 // b0–b5 of their bytes: lead bytes 0xEB and 0xEC, 0xEA with a second byte ≥
-// 0xB0, 0xED with a second byte < 0x9E (U+D7A0–U+D7A3 are left to kind3).
-// The bit-plane path takes it where a block has a lead byte of 0xEA–0xED;
-// the AVX-512 path, whose masks do not tell lead bytes apart, where a
-// block has more than three characters that are neither Han nor
-// two-byte and the first of them has such a lead byte (it then needs the
-// planes as well), so that Chinese and Japanese text seldom pay for it.
+// 0xB0, 0xED with a second byte < 0x9E (U+D780–U+D7A3 are left to kind3).
+// The bit-plane path takes it where a block has a lead byte of 0xEA–0xED
+// (the AVX-512 path has the same test in its kernel: simd.Masks.Hangul).
 func hangulLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 	eaeb := b3 &^ b2 & b1 // 0xEA, 0xEB
 	eced := b3 & b2 &^ b1 // 0xEC, 0xED
 	s5, s4 := b5>>1, b4>>1
 	high := ^s5 &^ (s4 & (b3 >> 1) & (b2 >> 1) & (b1 >> 1)) // second byte 0x80–0x9D
 	return lead & (eaeb&(b0|s5&s4) | eced&(^b0|high))
+}
+
+// kanaLeads returns the first bytes of the kana letters among the
+// three-byte characters that start at lead, from the bit planes b0–b5 of
+// their bytes: the lead byte 0xE3 with a second byte of 0x81–0x83
+// (U+3040–U+30FF), but for the characters there that classify does not
+// make kana letters: U+3040 (0x81 0x80, unassigned), U+3097–U+309C (0x82
+// 0x97–0x9C: unassigned, combining marks, their spacing forms), U+30A0
+// (0x82 0xA0, a double hyphen) and U+30FB (0x83 0xBB, the katakana middle
+// dot); those are looked up (kind3). The bit-plane path takes it where a
+// block has more than three characters that are neither Han nor Hangul
+// (Japanese text, whose kana would otherwise be looked up one by one), so
+// that Chinese text, whose other characters are a few punctuation marks,
+// seldom pays for it (the AVX-512 path has the same test in its kernel:
+// simd.Masks.Kana).
+func kanaLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
+	// the second byte's low bits, then the third's
+	s0, s1 := b0>>1, b1>>1
+	t0, t1, t2, t3, t4, t5 := b0>>2, b1>>2, b2>>2, b3>>2, b4>>2, b5>>2
+	kana := lead &^ (b3 | b2) & b1 & b0 &^ (b5>>1 | b4>>1 | b3>>1 | b2>>1) & (s1 | s0)
+	lowZero := ^(t3 | t2 | t1 | t0)
+	not := ^s1&s0&^(t5|t4)&lowZero | // 0x81 0x80
+		s1&^s0&(^t5&t4&(^t3&t2&t1&t0|t3&^(t2&(t1|t0)))|t5&^t4&lowZero) | // 0x82 0x97–0x9C, 0x82 0xA0
+		s1&s0&t5&t4&t3&^t2&t1&t0 // 0x83 0xBB
+	return kana &^ not
 }
 
 // reset zeroes the bitmaps that only bytes ≥ 0x80 and escapes set.
@@ -409,20 +431,21 @@ var kind2Of = func() (t [64 << 6]uint8) {
 // multibyte sets the bitmaps of the multi-byte characters of the window b,
 // given its bytes ≥ 0x80 (high), the first bytes of its well-formed
 // three-byte characters (lead) and those of them that are Han (han), the
-// Hangul syllables among them (hangul, may be zero), the bytes of 0xC0–0xFF
+// Hangul syllables and kana letters among them (hangul and kana, either
+// may be zero where they were not looked for), the bytes of 0xC0–0xFF
 // followed by a continuation byte (lead2), and those of them that start
 // Cyrillic letters of U+0400–U+047F (cyr, may be zero). The others are
 // looked up one by one (kind3, kind2Of). It returns the bytes ≥ 0x80 that
 // are not part of a character it set: those end the block.
-func (c *classes) multibyte(b []byte, high, lead, han, hangul, lead2, cyr uint64) uint64 {
-	b = b[:windowLen]
+func (c *classes) multibyte(b *[windowLen]byte, high, lead, han, hangul, kana, lead2, cyr uint64) uint64 {
 	var kinds [numKinds]uint64
-	for x := lead &^ han &^ hangul; x != 0; x &= x - 1 {
+	for x := lead &^ (han | hangul | kana); x != 0; x &= x - 1 {
 		q := bits.TrailingZeros64(x) & 63
 		kinds[kind3(int(b[q]&0x0F)<<12|int(b[q+1]&0x3F)<<6|int(b[q+2]&0x3F))&(numKinds-1)] |= 1 << q
 	}
 	kinds[kindHan] |= han
 	kinds[kindHangul] |= hangul
+	kinds[kindKana] |= kana
 	three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
 	c.han, c.kana, c.hangul = three(kinds[kindHan]), three(kinds[kindKana]), three(kinds[kindHangul])
 	c.uni = three(kinds[kindPunct])
@@ -443,8 +466,7 @@ func (c *classes) multibyte(b []byte, high, lead, han, hangul, lead2, cyr uint64
 
 // twoBytes sets the bitmaps of the two-byte characters of the window b
 // (see multibyte) and returns their bytes.
-func (c *classes) twoBytes(b []byte, lead2, cyr uint64) uint64 {
-	b = b[:windowLen]
+func (c *classes) twoBytes(b *[windowLen]byte, lead2, cyr uint64) uint64 {
 	var kinds [16]uint64
 	for x := lead2 &^ cyr; x != 0; x &= x - 1 {
 		q := bits.TrailingZeros64(x) & 63
@@ -739,7 +761,7 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 			}
 			within &^= cl.cont
 		}
-		cuts := (letters<<1&^letters | digit ^ digit<<1 | cl.punct<<1&(ws&^cl.newline|digit) |
+		cuts := (letters<<1&^letters | (digit ^ digit<<1) | cl.punct<<1&(ws&^cl.newline|digit) |
 			cl.newline<<1&^ws | within) & valid &^ 1
 		// The closing quote of a JSON string (the one raw quote a window
 		// can stop at) ends the text, and with it the piece in progress,

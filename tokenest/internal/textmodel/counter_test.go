@@ -448,7 +448,10 @@ func TestBlocksMatchStep(t *testing.T) {
 		"ééüÜßµªɐʼ×«»©²\u0301\u0085\u0080ЖЖддёЁѣ҂\u0483ααΩάΐ\u0387\u0384ببة،\u064b٣אא׳\u05b0Աܐ" +
 		// three-byte letters and marks of Devanagari, Bengali, Tamil,
 		// Thai, Lao, Georgian
-		"ननमस्तें।१অকதिกกาี่๑ກა"
+		"ननमस्तें।१অকதिกกาี่๑ກა" +
+		// kana at the edges of the bit-plane test (kanaLeads) and the
+		// characters among them that are not kana letters
+		"ぁゖ\u3099゛゜ゝゟ゠ァヺヿ\u3040"
 	var tokens []string
 	for _, r := range alphabet {
 		tokens = append(tokens, string(r))
@@ -540,7 +543,7 @@ func kinds3(t *testing.T) {
 		copy(window, strings.Repeat(string(r), 21))
 		var many classes
 		if m := many.classify(window, windowLen, false); m != n ||
-			n == 64 && (many.han^cl.han|many.kana^cl.kana|many.hangul^cl.hangul|many.uni^cl.uni|many.blank^cl.blank|many.cont^cl.cont)&7 != 0 {
+			n == 64 && ((many.han^cl.han)|(many.kana^cl.kana)|(many.hangul^cl.hangul)|(many.uni^cl.uni)|(many.blank^cl.blank)|(many.cont^cl.cont))&7 != 0 {
 			t.Fatalf("%U: alone read %d bytes %+v, 21 times over %d %+v", r, n, cl, m, many)
 		}
 		cls, script, _, _ := classify(r)
@@ -576,6 +579,45 @@ func kinds3(t *testing.T) {
 	}
 	if modelledHan != 0x9FFF-0x3400+1-0x40 {
 		t.Errorf("%d Han characters read from the bit planes, want all of U+3400–U+9FFF but U+4DC0–U+4DFF", modelledHan)
+	}
+}
+
+// TestLeadsFromPlanes checks that the bit-plane tests of hangulLeads and
+// kanaLeads, and the AVX-512 kernel's (simd.Masks.Hangul and Kana), settle
+// exactly the characters they are meant to: every Hangul syllable of
+// U+AC00–U+D77F and every kana letter of U+3040–U+30FF, and no other
+// three-byte character (TestKinds checks the kinds they give; this, that
+// none of those characters is left to the lookup).
+func TestLeadsFromPlanes(t *testing.T) {
+	window := make([]byte, 64)
+	for r := rune(0x800); r <= 0xFFFF; r++ {
+		if r >= 0xD800 && r < 0xE000 {
+			continue
+		}
+		for _, at := range []int{0, 20, 61} {
+			clear(window)
+			utf8.EncodeRune(window[at:], r)
+			b0, b1, b2, b3, b4, b5, _, _ := planes(window)
+			lead := uint64(1) << at
+			wantHangul := r >= 0xAC00 && r <= 0xD77F
+			wantKana := r >= 0x3040 && r <= 0x30FF && kind3(int(r)) == kindKana
+			if got := hangulLeads(lead, b0, b1, b2, b3, b4, b5) != 0; got != wantHangul {
+				t.Fatalf("%U at %d: hangulLeads %v, want %v", r, at, got, wantHangul)
+			}
+			if got := kanaLeads(lead, b0, b1, b2, b3, b4, b5) != 0; got != wantKana {
+				t.Fatalf("%U at %d: kanaLeads %v, want %v", r, at, got, wantKana)
+			}
+			if simd.Available512 {
+				var m simd.Masks
+				simd.Classify((*[windowLen]byte)(append(window[:64:64], make([]byte, windowLen-64)...)), &m)
+				if got := m.Hangul&lead != 0; got != wantHangul {
+					t.Fatalf("%U at %d: the kernel's Hangul %v, want %v", r, at, got, wantHangul)
+				}
+				if got := m.Kana&lead != 0; got != wantKana {
+					t.Fatalf("%U at %d: the kernel's Kana %v, want %v", r, at, got, wantKana)
+				}
+			}
+		}
 	}
 }
 
@@ -683,8 +725,8 @@ func TestEscapedKinds(t *testing.T) {
 			// The escape's window ends earlier, its filler cut
 			// shorter: compare the characters both read.
 			v := uint64(1)<<min(na, nb) - 1
-			if min(na, nb) <= prefix || (a.letter^b.letter|a.upper^b.upper|a.digit^b.digit|a.space^b.space|a.blank^b.blank|
-				a.tab^b.tab|a.newline^b.newline|a.han^b.han|a.kana^b.kana|a.hangul^b.hangul|a.uni^b.uni|a.cont^b.cont)&v != 0 {
+			if min(na, nb) <= prefix || ((a.letter^b.letter)|(a.upper^b.upper)|(a.digit^b.digit)|(a.space^b.space)|(a.blank^b.blank)|
+				(a.tab^b.tab)|(a.newline^b.newline)|(a.han^b.han)|(a.kana^b.kana)|(a.hangul^b.hangul)|(a.uni^b.uni)|(a.cont^b.cont))&v != 0 {
 				t.Fatalf("%U at %d: %q reads %d characters\n%+v\n%q reads %d\n%+v", r, prefix, short, na, a, long, nb, b)
 			}
 		}
