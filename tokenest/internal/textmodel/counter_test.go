@@ -689,6 +689,75 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
+// TestAlphabets checks the letters that the block reader takes from the
+// bit planes instead of kind2Of. alphabets must mark only letters of its
+// alphabet, and as many as its comment lists; and a window of one two-byte
+// character many times over (enough for the AVX-512 path to take the
+// planes too), at an even and an odd offset, must be read as kind2Of says
+// on both classification paths.
+func TestAlphabets(t *testing.T) {
+	window := make([]byte, windowLen)
+	var counts [3]int
+	for r := rune(0x80); r < 0x800; r++ {
+		enc := utf8.AppendRune(nil, r)
+		want := kind2Of[r]
+		copy(window, bytes.Repeat(enc, windowLen/2))
+		b0, b1, b2, b3, b4, b5, _, _ := planes(window)
+		const lead2 = 0x5555555555555555 // every character: bytes 0, 2, 4…
+		greek, arab, hebrew := alphabets(lead2, b0, b1, b2, b3, b4, b5)
+		for i, m := range [...]uint64{greek, arab, hebrew} {
+			if m == 0 {
+				continue
+			}
+			if k := kind2Greek + uint8(i); m != lead2 || want != k {
+				t.Fatalf("%U (kind %d): alphabets marks %x as kind %d", r, want, m, k)
+			}
+			counts[i]++
+		}
+	}
+	// Greek: 0xCE 0x90–0xBF but 0xA2, 0xCF 0x80–0xAF; Arabic: 0xD8
+	// 0xA0–0xBF, 0xD9 0x80–0x8A and 0xB1–0xBF, 0xDA, 0xDB 0x80–0x93;
+	// Hebrew: 0xD7 0x90–0xAA.
+	if want := [...]int{47 + 48, 32 + 11 + 15 + 64 + 20, 27}; counts != want {
+		t.Errorf("alphabets marks %v characters (Greek, Arabic, Hebrew), want %v", counts, want)
+	}
+	bothPaths(t, func(t *testing.T) {
+		for r := rune(0x80); r < 0x800; r++ {
+			enc := utf8.AppendRune(nil, r)
+			want := kind2Of[r]
+			for at := range 2 {
+				copy(window, strings.Repeat(" ", windowLen))
+				copy(window[at:], bytes.Repeat(enc, 32-at))
+				var cl classes
+				n := cl.classify(window, windowLen, false)
+				chars := uint64(0x5555555555555555) << at
+				if at == 1 {
+					chars &^= 1 << 63 // the 32nd character does not fit
+				}
+				if want == kind2None {
+					if n != at {
+						t.Fatalf("%U at %d: read %d bytes, want a stop at the character", r, at, n)
+					}
+					continue
+				}
+				all := chars | chars<<1
+				var kinds [numKinds2]uint64
+				kinds[kind2Punct], kinds[kind2Space] = cl.uni, cl.blank
+				kinds[kind2Lower], kinds[kind2Upper] = cl.lower2, cl.latin2&^cl.lower2
+				kinds[kind2Cyrillic], kinds[kind2Greek], kinds[kind2Arabic], kinds[kind2Hebrew] = cl.cyr, cl.greek, cl.arab, cl.hebrew
+				for k, m := range kinds[1:] {
+					if (m == all) != (uint8(k+1) == want) || m != all && m != 0 {
+						t.Fatalf("%U at %d (kind %d): kind %d bitmap %x\n%+v", r, at, want, k+1, m, cl)
+					}
+				}
+				if n != 64 || cl.lead2 != chars || cl.cont != chars<<1 {
+					t.Fatalf("%U at %d: read %d bytes, lead2 %x, cont %x", r, at, n, cl.lead2, cl.cont)
+				}
+			}
+		}
+	})
+}
+
 // TestEscapedKinds checks that the block reader reads the \u escape of
 // every character of U+0000–U+FFFF as it reads the character's shortest
 // JSON form (raw, or a two-byte escape), or stops at it: each escape of
@@ -774,6 +843,7 @@ func TestClassifyPaths(t *testing.T) {
 		`\n`, `\r`, `\t`, `\f`, `\b`, `\"`, `\\`, `\/`, `\u00e9`, `\x`, "中", "䷀", "㐀", "\xe3\x8f\xbf", "の", "한", "，", "\u3000", "—",
 		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80",
 		"ü", "Ü", "ß", "«", "\u00a0", "µ", "\u0301", "ё", "ѣ", "҂", "α", "Ω", "ب", "א", "Ա", "٣", "\xd0", "\xc0\x80", "\xf0\x90", "\xf1\x80\x80\x80",
+		"ΐ", "\u03a2", "ϯ", "ϰ", "ـ", "\u064b", "پ", "ۓ", "۔", "ת", "װ", "\u05c7", "\xf7\x90", "\xf9\xa0",
 		"न", "्", "।", "१", "ก", "ี", "ກ", "ა", "\xe0\xa4"}
 	rng := rand.New(rand.NewPCG(7, 8))
 	window := make([]byte, windowLen)
