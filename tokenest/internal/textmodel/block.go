@@ -210,8 +210,10 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 			hangul = hangulLeads(lead, b0, b1, b2, b3, b4, b5)
 		}
 		if lead != 0 {
-			if other := lead &^ han &^ hangul; bits.OnesCount64(other) > 3 {
-				kana = kanaLeads(other, b0, b1, b2, b3, b4, b5)
+			if other := lead &^ (han | hangul); other&(other-1) != 0 {
+				if e3 := other &^ (b3 | b2) & b1 & b0; bits.OnesCount64(e3) > 3 {
+					kana = kanaLeads(e3, b0, b1, b2, b3, b4, b5) // lead bytes 0xE3 but Han
+				}
 			}
 			known |= c.multibyte((*[windowLen]byte)(b), lead, han, hangul, kana)
 		}
@@ -323,11 +325,11 @@ func hangulLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 // 0x97–0x9C: unassigned, combining marks, their spacing forms), U+30A0
 // (0x82 0xA0, a double hyphen) and U+30FB (0x83 0xBB, the katakana middle
 // dot); those are looked up (kind3). The bit-plane path takes it where a
-// block has more than three characters that are neither Han nor Hangul
-// (Japanese text, whose kana would otherwise be looked up one by one), so
-// that Chinese text, whose other characters are a few punctuation marks,
-// seldom pays for it (the AVX-512 path has the same test in its kernel:
-// simd.Masks.Kana).
+// block has more than three characters of the lead byte 0xE3 that are not
+// Han (Japanese text, whose kana would otherwise be looked up one by one),
+// so that Chinese text, whose 0xE3 characters are a few punctuation marks,
+// and Thai and Brahmic text (lead byte 0xE0) seldom pay for it (the
+// AVX-512 path has the same test in its kernel: simd.Masks.Kana).
 func kanaLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 	// the second byte's low bits, then the third's
 	s0, s1 := b0>>1, b1>>1
