@@ -307,6 +307,7 @@ stopped:
 	GLOBL name<>(SB), (NOPTR+RODATA), $64
 
 ROW64(b02, $0x0202020202020202)
+ROW64(b03, $0x0303030303030303)
 ROW64(b04, $0x0404040404040404)
 ROW64(b06, $0x0606060606060606)
 ROW64(b09, $0x0909090909090909)
@@ -414,8 +415,12 @@ multibyte:
 
 	// Kana leads: 0xE3 before 0x81 but before 0x80 after that, before
 	// 0x82 but before 0x97–0x9C or 0xA0, before 0x83 but before 0xBB (Z3
-	// holds bytes 2–65, each byte's second successor).
+	// holds bytes 2–65, each byte's second successor); K2, 0xE3 before
+	// 0x81–0x83, skips the rest where there is none (Chinese text's 0xE3
+	// characters are punctuation, 0xE3 0x80).
 	VPCMPEQB be3<>(SB), Z0, K2
+	VPSUBB b81<>(SB), Z1, Z2
+	VPCMPUB $1, b03<>(SB), Z2, K2, K2
 	KORTESTQ K2, K2
 	JNZ kana
 	MOVQ $0, M_KANA(DI)
