@@ -42,7 +42,7 @@ const (
 )
 
 // Counter accumulates feature counts over one or more texts. The zero value
-// is ready to use; a Counter is under a kilobyte and lives on the stack.
+// is ready to use; a Counter is about a kilobyte (1 040 bytes) and lives on the stack.
 type Counter struct {
 	// counts of all texts since the Counter was made (see End)
 	feat [NumFeatures]uint32
