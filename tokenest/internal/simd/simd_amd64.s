@@ -603,20 +603,31 @@ stopped512:
 	STRINGRETURN
 
 // func Compress(p *uint64, n int, keep uint64)
+// Two words per iteration, then the odd one.
 TEXT ·Compress(SB), NOSPLIT, $0-24
 	MOVQ p+0(FP), SI
 	MOVQ n+8(FP), CX
 	MOVQ keep+16(FP), DX
-	TESTQ CX, CX
-	JLE compressDone
+	SUBQ $2, CX
+	JLT  compressTail
 
-compressLoop:
-	MOVQ (SI), AX
+compressPair:
+	MOVQ  (SI), AX
+	MOVQ  8(SI), BX
 	PEXTQ DX, AX, AX
-	MOVQ AX, (SI)
-	ADDQ $8, SI
-	DECQ CX
-	JNZ compressLoop
+	PEXTQ DX, BX, BX
+	MOVQ  AX, (SI)
+	MOVQ  BX, 8(SI)
+	ADDQ  $16, SI
+	SUBQ  $2, CX
+	JGE   compressPair
+
+compressTail:
+	CMPQ  CX, $-1 // one word left (n odd)
+	JNE   compressDone
+	MOVQ  (SI), AX
+	PEXTQ DX, AX, AX
+	MOVQ  AX, (SI)
 
 compressDone:
 	RET

@@ -71,32 +71,46 @@ const windowLen = 72
 // a shift by one looks at the neighbouring character; cont marks the
 // bytes that do not start a character.
 type classes struct {
+	// The bitmaps that unescape compacts, in one run of words in the
+	// order compress takes them (TestClassesLayout checks it): those of
+	// every window, those of multi-byte characters, and those of two-byte
+	// characters and of Thai and the Brahmic scripts.
 	letter, upper, digit uint64 // ASCII letters, capitals (also the first bytes of two-byte ones), digits
 	space                uint64 // ' '
 	blank                uint64 // white space that is neither ' ' nor a newline (\t \v \f, U+3000…)
 	tab                  uint64
 	newline              uint64 // \r \n
-	punct                uint64 // every other character (cOther)
-	han, kana, hangul    uint64 // letters of the per-character scripts (three bytes each)
-	thai, indic          uint64 // and of the others (Devanagari and the other Brahmic scripts of U+0900–U+0DFF)
-	uni                  uint64 // punctuation of two and three bytes
-	cont                 uint64 // bytes after the first of a character
-
-	// two-byte characters (see twoBytes)
-	lead2                    uint64 // their first bytes
-	latin2, lower2           uint64 // accented Latin letters (é, ß, Ü…), and those of them that are lower case
-	cyr, greek, arab, hebrew uint64 // letters of the alphabets counted by length
-	multi                    uint64 // every letter that is not ASCII: the above and the per-character scripts
 
 	// in a JSON string (see unescape): the characters that were
 	// punctuation escapes, and the first bytes of white-space escapes
 	escaped, doubled uint64
 	wide             uint64 // the characters that were \u escapes (see unescape)
 
+	han, kana, hangul uint64 // letters of the per-character scripts (three bytes each)
+	uni               uint64 // punctuation of two and three bytes
+	cont              uint64 // bytes after the first of a character
+	multi             uint64 // every letter that is not ASCII: the two-byte ones below and the per-character scripts
+
+	// two-byte characters (see twoBytes)
+	lead2                    uint64 // their first bytes
+	latin2, lower2           uint64 // accented Latin letters (é, ß, Ü…), and those of them that are lower case
+	cyr, greek, arab, hebrew uint64 // letters of the alphabets counted by length
+	thai, indic              uint64 // letters of the other per-character scripts (Devanagari and the other Brahmic scripts of U+0900–U+0DFF)
+
+	punct  uint64 // every other character (cOther)
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
 
 	m simd.Masks // the AVX-512 kernel's output (classifyMasks), kept here so that no call zeroes it
 }
+
+// The runs of classes' words that compress compacts, from letter: those of
+// every window, then also those of multi-byte characters, then also those
+// of two-byte characters, Thai and Brahmic.
+const (
+	compactASCII = 10
+	compactMulti = compactASCII + 6
+	compactAll   = compactMulti + 9
+)
 
 // planes turns the first 64 bytes of b into eight bit planes: plane j
 // holds bit j of every byte (bit k of the plane: byte k). Two
@@ -612,8 +626,10 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 	if simd.AvailablePEXT {
 		wheads = wide >> 5 & (1<<stop - 1)
 		if drop := heads | wheads; drop&(drop-1) != 0 {
-			return c.compress(heads, wheads, stop, [...]uint64{letter &^ wide, upper &^ wide, digit &^ wide,
-				space, blank, tab, newline, tails | wide, doubled, wide})
+			c.letter, c.upper, c.digit = letter&^wide, upper&^wide, digit&^wide
+			c.blank, c.tab, c.newline = blank, tab, newline
+			c.escaped, c.doubled, c.wide = tails|wide, doubled, wide
+			return c.compress(heads, wheads, stop)
 		}
 	}
 	if wide == 0 {
@@ -688,26 +704,19 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 // compress is unescape's compaction by PEXT (simd.Compress), for windows
 // with two escapes or more to drop (a loop per escape costs ~45
 // instructions, PEXT one per bitmap): it drops the backslashes of heads and
-// the five bytes from each backslash of wheads from the bitmaps m (letter,
-// upper, digit, space, blank, tab, newline, escaped, doubled, wide) and
-// from those of multi-byte characters, sets them, and returns the number
-// of characters before the stop, the raw byte stop.
-func (c *classes) compress(heads, wheads uint64, stop int, m [10]uint64) int {
+// the five bytes from each backslash of wheads from the bitmaps, in place
+// (unescape has set those of every window), and returns the number of
+// characters before the stop, the raw byte stop.
+func (c *classes) compress(heads, wheads uint64, stop int) int {
 	keep := ^(heads | wheads*0x1F) // wheads are six bytes apart or more: no carries
-	simd.Compress(&m[0], len(m), keep)
-	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = m[0], m[1], m[2], m[3], m[4], m[5], m[6]
-	c.escaped, c.doubled, c.wide = m[7], m[8], m[9]
+	n := compactASCII
 	if c.cont != 0 {
-		multi := [...]uint64{c.han, c.kana, c.hangul, c.uni, c.cont, c.multi}
-		simd.Compress(&multi[0], len(multi), keep)
-		c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = multi[0], multi[1], multi[2], multi[3], multi[4], multi[5]
+		n = compactMulti
 		if c.lead2|c.thai|c.indic != 0 {
-			two := [...]uint64{c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew, c.thai, c.indic}
-			simd.Compress(&two[0], len(two), keep)
-			c.lead2, c.latin2, c.lower2, c.cyr, c.greek, c.arab, c.hebrew = two[0], two[1], two[2], two[3], two[4], two[5], two[6]
-			c.thai, c.indic = two[7], two[8]
+			n = compactAll
 		}
 	}
+	simd.Compress(&c.letter, n, keep)
 	return stop - 4*bits.OnesCount64(wheads) - bits.OnesCount64(heads|wheads)
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 	"github.com/pdroute/pdroute/tokenest/internal/simd"
@@ -859,6 +860,23 @@ func TestClassifyPaths(t *testing.T) {
 			if n != m || fast != slow {
 				t.Fatalf("json=%v avail=%d % x:\nAVX-512 %d %+v\nplanes  %d %+v", json, avail, window, n, fast, m, slow)
 			}
+		}
+	}
+}
+
+// TestClassesLayout checks that the bitmaps compress compacts in place
+// are one run of words, in its order.
+func TestClassesLayout(t *testing.T) {
+	var c classes
+	run := []*uint64{&c.letter, &c.upper, &c.digit, &c.space, &c.blank, &c.tab, &c.newline, &c.escaped, &c.doubled, &c.wide,
+		&c.han, &c.kana, &c.hangul, &c.uni, &c.cont, &c.multi,
+		&c.lead2, &c.latin2, &c.lower2, &c.cyr, &c.greek, &c.arab, &c.hebrew, &c.thai, &c.indic}
+	if len(run) != compactAll {
+		t.Fatalf("%d bitmaps, compactAll is %d", len(run), compactAll)
+	}
+	for i, f := range run {
+		if off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&c.letter)); off != uintptr(8*i) {
+			t.Errorf("bitmap %d at offset %d from letter, want %d", i, off, 8*i)
 		}
 	}
 }
