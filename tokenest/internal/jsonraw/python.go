@@ -12,18 +12,33 @@ import "unicode/utf8"
 // other characters (all of them from Python's default json.dumps, <, > and
 // & from Go's encoder) print as the characters, through emitRune, and \/
 // as /. A lone surrogate escape, which has no UTF-8 form, is printed as it
-// came. emit may be called with an empty piece and must not keep the
-// slice. Neither function is kept, so passing closures costs no
-// allocation.
+// came. The pieces are runs of raw bytes between white space, commas,
+// colons and escapes, so no character is split between two (not even
+// invalid UTF-8 in a string). emit may be called with an empty piece and
+// must not keep the slice. Neither function is kept, so passing closures
+// costs no allocation.
 func RenderPython(raw []byte, emit func([]byte), emitRune func(rune)) {
-	start, inStr := 0, false
+	start := 0
 	for i := 0; i < len(raw); i++ {
-		ch := raw[i]
-		if inStr {
-			switch {
-			case ch == '"':
-				inStr = false
-			case ch == '\\' && i+1 < len(raw) && (raw[i+1] == 'u' || raw[i+1] == '/'):
+		switch raw[i] {
+		case '"':
+			// A string: to its closing quote, eight bytes at a time
+			// between escapes (a valid string has no control byte,
+			// so stops marks only quotes and backslashes).
+			for i++; i < len(raw); i++ {
+				for i+8 <= len(raw) && stops(Word(raw, i)) == 0 {
+					i += 8
+				}
+				if i >= len(raw) || raw[i] == '"' {
+					break
+				}
+				if raw[i] != '\\' {
+					continue
+				}
+				if i+1 >= len(raw) || raw[i+1] != 'u' && raw[i+1] != '/' {
+					i++ // a two-byte escape that json.dumps writes too
+					continue
+				}
 				r, size := DecodeEscape(raw[i:])
 				if v, _ := hex4(raw[min(i+2, len(raw)):]); size == 0 || r == utf8.RuneError && v != utf8.RuneError {
 					i++ // malformed or a lone surrogate: as it came
@@ -37,14 +52,7 @@ func RenderPython(raw []byte, emit func([]byte), emitRune func(rune)) {
 				} else {
 					emitRune(r)
 				}
-			case ch == '\\':
-				i++ // a two-byte escape that json.dumps writes too
 			}
-			continue
-		}
-		switch ch {
-		case '"':
-			inStr = true
 		case ' ', '\t', '\n', '\r':
 			emit(raw[start:i])
 			start = i + 1
