@@ -194,14 +194,16 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	if b7 != 0 {
 		// Three-byte characters: lead bytes 0xE0–0xEF, then two of
 		// 0x80–0xBF. Han from the first two bytes: leads 0xE4–0xE9
-		// (U+4000–U+9FFF) but 0xE4 0xB7 (U+4DC0–U+4DFF, symbols), and
-		// 0xE3 with a second byte ≥ 0x90 (U+3400–U+3FFF). Two-byte
-		// characters: lead bytes 0xC0–0xDF, then one of 0x80–0xBF;
-		// Cyrillic letters (U+0400–U+047F) from the lead bytes 0xD0
-		// and 0xD1, and most Greek, Arabic and Hebrew ones from both
-		// bytes (alphabets), which is called only where there are
-		// lead bytes of 0xCE, 0xCF or 0xD2–0xDF. Blocks of accented
-		// Latin text (lead bytes 0xC2–0xC5) test neither.
+		// (U+4000–U+9FFF) but 0xE4 0xB7 (U+4DC0–U+4DFF, symbols), and 0xE3
+		// with a second byte ≥ 0x90 (U+3400–U+3FFF); Hangul from the first
+		// two too (hangulLeads), kana and most Devanagari and Thai letters
+		// and marks from all three (kanaLeads, brahmicLeads), each where the
+		// block has (enough of) their lead bytes. Two-byte characters: lead
+		// bytes 0xC0–0xDF, then one of 0x80–0xBF; Cyrillic letters
+		// (U+0400–U+047F) from the lead bytes 0xD0 and 0xD1, and most Greek,
+		// Arabic and Hebrew ones from both bytes (alphabets), which is
+		// called only where there are lead bytes of 0xCE, 0xCF or 0xD2–0xDF.
+		// Blocks of accented Latin text (lead bytes 0xC2–0xC5) test neither.
 		lead := b7 & b6 & b5 &^ b4
 		cont := b7 &^ b6
 		var known uint64
@@ -219,17 +221,21 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		b7s := (b7 &^ b6 & b5 & b4 &^ b3 & b2 & b1 & b0) >> 1 // second byte 0xB7
 		e4b7 := ^b3 & b2 &^ b1 &^ b0 & b7s
 		han := lead & (^b3&b2&^e4b7 | b3&^b2&^b1 | ^b3&^b2&b1&b0&((b5|b4)>>1))
-		var hangul, kana uint64
+		kinds := [numKinds]uint64{kindHan: han}
 		if lead&b3&(b2^b1) != 0 { // leads 0xEA–0xED
-			hangul = hangulLeads(lead, b0, b1, b2, b3, b4, b5)
+			kinds[kindHangul] = hangulLeads(lead, b0, b1, b2, b3, b4, b5)
 		}
 		if lead != 0 {
-			if other := lead &^ (han | hangul); other&(other-1) != 0 {
+			if other := lead &^ (han | kinds[kindHangul]); other&(other-1) != 0 {
+				// kana, or else (a block seldom has both) Devanagari
+				// and Thai characters
 				if e3 := other &^ (b3 | b2) & b1 & b0; bits.OnesCount64(e3) > 3 {
-					kana = kanaLeads(e3, b0, b1, b2, b3, b4, b5) // lead bytes 0xE3 but Han
+					kinds[kindKana] = kanaLeads(e3, b0, b1, b2, b3, b4, b5) // lead bytes 0xE3 but Han
+				} else if e0 := other &^ (b3 | b2 | b1 | b0); bits.OnesCount64(e0) > 3 {
+					kinds[kindIndic], kinds[kindThai], kinds[kindPunct] = brahmicLeads(e0, b0, b1, b2, b3, b4, b5)
 				}
 			}
-			known |= c.multibyte((*[windowLen]byte)(b), lead, han, hangul, kana)
+			known |= c.multibyte((*[windowLen]byte)(b), lead, &kinds)
 		}
 		trouble |= b7 &^ known
 	}
@@ -273,27 +279,38 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 	}
 	if m.High != 0 {
 		lead := m.Lead & (m.Cont >> 1) & (m.Cont >> 2)
+		kinds := [numKinds]uint64{kindHan: lead & m.Han, kindKana: lead & m.Kana, kindHangul: lead & m.Hangul}
 		// lead bytes of two bytes (0xC0–0xDF) and of four (0xF0–0xFF,
 		// of kind2None in twoBytes' table), and, where there are more
 		// than four of them, the letters of the alphabets that classify
-		// takes from the bit planes, which the masks do not tell: the
-		// planes then cost less than looking them up (looking them up,
-		// this path takes 1.3–1.6 times as long as the bit-plane one on
-		// Greek, Arabic and Hebrew text)
+		// takes from the bit planes, which the masks do not tell; and,
+		// where there are more than three three-byte characters that
+		// are neither Han, kana nor Hangul, the Devanagari and Thai
+		// characters that it takes from the planes too: the planes then
+		// cost less than looking them up (looking them up, this path
+		// takes 1.3–1.6 times as long as the bit-plane one on Greek,
+		// Arabic and Hebrew text)
 		lead2 := m.High &^ m.Cont &^ m.Lead & (m.Cont >> 1)
+		other := lead &^ (kinds[kindHan] | kinds[kindKana] | kinds[kindHangul])
 		var cyr, greek, arab, hebrew uint64
-		if bits.OnesCount64(lead2) > 4 {
+		if many2, many3 := bits.OnesCount64(lead2) > 4, bits.OnesCount64(other) > 3; many2 || many3 {
 			var p [8]uint64
 			simd.Planes((*[64]byte)(b[:64]), &p)
-			two := lead2 &^ p[5] // the lead bytes of two-byte characters
-			cyr = two & p[4] &^ (p[3] | p[2] | p[1])
-			if two&(p[4]|p[3]&p[2]&p[1]) != cyr {
-				greek, arab, hebrew = alphabets(two, p[0], p[1], p[2], p[3], p[4], p[5])
+			if many2 {
+				two := lead2 &^ p[5] // the lead bytes of two-byte characters
+				cyr = two & p[4] &^ (p[3] | p[2] | p[1])
+				if two&(p[4]|p[3]&p[2]&p[1]) != cyr {
+					greek, arab, hebrew = alphabets(two, p[0], p[1], p[2], p[3], p[4], p[5])
+				}
+			}
+			if many3 {
+				e0 := other &^ (p[3] | p[2] | p[1] | p[0]) // lead bytes 0xE0
+				kinds[kindIndic], kinds[kindThai], kinds[kindPunct] = brahmicLeads(e0, p[0], p[1], p[2], p[3], p[4], p[5])
 			}
 		}
 		var known uint64
 		if lead != 0 {
-			known = c.multibyte((*[windowLen]byte)(b), lead, lead&m.Han, lead&m.Hangul, lead&m.Kana)
+			known = c.multibyte((*[windowLen]byte)(b), lead, &kinds)
 		}
 		if lead2 != 0 {
 			known |= c.twoBytes((*[windowLen]byte)(b), lead2, cyr, greek, arab, hebrew)
@@ -354,6 +371,71 @@ func kanaLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 		s1&^s0&(^t5&t4&(^t3&t2&t1&t0|t3&^(t2&(t1|t0)))|t5&^t4&lowZero) | // 0x82 0x97–0x9C, 0x82 0xA0
 		s1&s0&t5&t4&t3&^t2&t1&t0 // 0x83 0xBB
 	return kana &^ not
+}
+
+// brahmicLeads returns the first bytes of the Devanagari letters (indic),
+// the Thai letters (thai), and the combining marks and punctuation of both
+// scripts (marks: punctuation to classify) among the three-byte characters
+// that start at e0 (lead bytes 0xE0), from the bit planes b0–b5 of their
+// bytes, in the ranges in which kind3 gives every character one of these
+// kinds and that hold no unassigned code point (which a later Unicode
+// version may make a letter); TestBrahmicLeads checks them. The others are
+// looked up one by one (kind3): the digits, the unassigned code points and
+// the few characters among them.
+//
+//   - Devanagari, second bytes 0xA4 and 0xA5: U+0900–U+097F but the digits
+//     U+0966–U+096F (0xA5 0xA6–0xAF). Letters: U+0904–U+0939 (0xA4
+//     0x84–0xB9), the avagraha U+093D (0xA4 0xBD), om U+0950 (0xA5 0x90),
+//     U+0958–U+0961 (0xA5 0x98–0xA1) and U+0971–U+097F (0xA5 0xB1–0xBF).
+//     Marks: the signs, vowel signs, nukta and virama (U+0900–U+0903,
+//     U+093A–U+093C, U+093E–U+094F, U+0951–U+0957, U+0962, U+0963), the
+//     dandas U+0964 and U+0965, and the abbreviation sign U+0970.
+//   - Thai, second bytes 0xB8 and 0xB9: U+0E01–U+0E3A (0xB8 0x81–0xBA) and
+//     U+0E40–U+0E4F (0xB9 0x80–0x8F). Letters: U+0E01–U+0E30, U+0E32,
+//     U+0E33 and U+0E40–U+0E46; marks: the vowel signs U+0E31 and
+//     U+0E34–U+0E3A, and U+0E47–U+0E4F (the tone marks and other signs,
+//     and the fongman). Not U+0E00 and U+0E3B–U+0E3E (unassigned), the
+//     baht sign U+0E3F, the digits U+0E50–U+0E59, the punctuation U+0E5A
+//     and U+0E5B, nor U+0E5C–U+0E7F (unassigned).
+//
+// Each script's terms are computed only where e0 has its second bytes; the
+// other Brahmic scripts (U+0980–U+0DFF) and Lao are looked up. The
+// bit-plane path takes it where a block has more than three characters of
+// the lead byte 0xE0 (Hindi and Thai text, whose characters would otherwise
+// be looked up one by one) and does not take kanaLeads (a block seldom has
+// both), so that CJK text, which has few or none, does not pay for it; the
+// AVX-512 path, whose masks do not tell the lead bytes 0xE0–0xEF apart,
+// where a block has more than three three-byte characters that are neither
+// Han, kana nor Hangul, and then takes the planes for it.
+func brahmicLeads(e0, b0, b1, b2, b3, b4, b5 uint64) (indic, thai, marks uint64) {
+	// s0–s5: the planes of the second bytes, t0–t5 of the third, under
+	// their lead bytes
+	s0, s1, s2, s3, s4, s5 := b0>>1, b1>>1, b2>>1, b3>>1, b4>>1, b5>>1
+	t0, t1, t2, t3, t4, t5 := b0>>2, b1>>2, b2>>2, b3>>2, b4>>2, b5>>2
+	if d := e0 & s5 &^ (s4 | s3 | s1) & s2; d != 0 { // 0xA4, 0xA5
+		// after 0xA4: marks at 0x80–0x83, 0xBA–0xBC, 0xBE, 0xBF
+		a4 := ^(t5 | t4 | t3 | t2) | t5&t4&t3&(t1|t2&^t0)
+		// after 0xA5: letters at 0x90, 0x98–0xA1, 0xB1–0xBF (low0: the
+		// low three bits are zero), digits at 0xA6–0xAF
+		low0 := ^(t2 | t1 | t0)
+		a5 := t4&(t3|(t5^low0)) | t5&^(t4|t3|t2|t1)
+		digits := t5 &^ t4 & (t3 | t2&t1)
+		indic = d & (a5&s0 | ^(a4 | s0))
+		marks = d &^ indic &^ (digits & s0)
+	}
+	if th := e0 & s5 & s4 & s3 &^ (s2 | s1); th != 0 { // 0xB8, 0xB9
+		// after 0xB8: letters at 0x81–0xB0, 0xB2, 0xB3 (not0: not
+		// 0x80), marks at 0xB1, 0xB4–0xBA
+		not0 := t5 | t4 | t3 | t2 | t1 | t0
+		b8 := not0&^(t5&t4) | t5&t4&^(t3|t2)&(t1|^t0)
+		b8marks := not0 &^ b8 &^ (t5 & t4 & t3 & (t2 | t1&t0))
+		// after 0xB9: letters at 0x80–0x86, marks at 0x87–0x8F
+		b9 := ^(t5 | t4 | t3 | t2&t1&t0)
+		b9marks := ^(t5 | t4) &^ b9
+		thai = th & (b9&s0 | b8&^s0)
+		marks |= th & (b9marks&s0 | b8marks&^s0)
+	}
+	return indic, thai, marks
 }
 
 // alphabets returns the first bytes of the Greek, Arabic and Hebrew letters
@@ -519,21 +601,19 @@ var kind2Of = func() (t [64 << 6]uint8) {
 }()
 
 // multibyte sets the bitmaps of the three-byte characters of the window b,
-// given the first bytes of its well-formed three-byte characters (lead),
-// those of them that are Han (han), and the Hangul syllables and kana
-// letters among them (hangul and kana, either may be zero where they were
-// not looked for); the others are looked up one by one (kind3). It returns
-// the bytes of the characters it set; any other byte ≥ 0x80 that twoBytes
-// does not set ends the block.
-func (c *classes) multibyte(b *[windowLen]byte, lead, han, hangul, kana uint64) uint64 {
-	var kinds [numKinds]uint64
-	for x := lead &^ (han | hangul | kana); x != 0; x &= x - 1 {
+// given the first bytes of its well-formed three-byte characters (lead)
+// and, by kind, those of them whose kind classify settled (kinds): the Han
+// ideographs, and, where they were looked for, the Hangul syllables, the
+// kana letters, and the Devanagari and Thai letters and marks (see
+// hangulLeads, kanaLeads and brahmicLeads). It looks the others up one by
+// one (kind3), adding them to kinds, and returns the bytes of the
+// characters it set; any other byte ≥ 0x80 that twoBytes does not set
+// ends the block.
+func (c *classes) multibyte(b *[windowLen]byte, lead uint64, kinds *[numKinds]uint64) uint64 {
+	for x := lead &^ (kinds[kindPunct] | kinds[kindHan] | kinds[kindKana] | kinds[kindHangul] | kinds[kindThai] | kinds[kindIndic]); x != 0; x &= x - 1 {
 		q := bits.TrailingZeros64(x) & 63
 		kinds[kind3(int(b[q]&0x0F)<<12|int(b[q+1]&0x3F)<<6|int(b[q+2]&0x3F))&(numKinds-1)] |= 1 << q
 	}
-	kinds[kindHan] |= han
-	kinds[kindHangul] |= hangul
-	kinds[kindKana] |= kana
 	three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
 	c.han, c.kana, c.hangul = three(kinds[kindHan]), three(kinds[kindKana]), three(kinds[kindHangul])
 	c.uni |= three(kinds[kindPunct])

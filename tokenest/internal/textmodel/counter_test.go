@@ -452,7 +452,14 @@ func TestBlocksMatchStep(t *testing.T) {
 		"ननमस्तें।१অকதिกกาี่๑ກა" +
 		// kana at the edges of the bit-plane test (kanaLeads) and the
 		// characters among them that are not kana letters
-		"ぁゖ\u3099゛゜ゝゟ゠ァヺヿ\u3040"
+		"ぁゖ\u3099゛゜ゝゟ゠ァヺヿ\u3040" +
+		// Devanagari and Thai at the edges of the bit-plane test
+		// (brahmicLeads): letters, marks, dandas, digits, punctuation,
+		// unassigned code points, the characters around them, and
+		// characters whose bytes differ from theirs in a bit or two
+		// (Tibetan, Limbu, Latin)
+		"\u0900ःऄहऺ़ऽाॏॐ॑ॗ\u0958ॡॢ।॥०९॰ॱॿ\u08ff\u0980" +
+		"\u0e00กฮะัาำฺ\u0e3b\u0e3e฿เๆ็๏๐๙๚๛\u0e5c\u0e7f\u0dff\u0e80ཀᤁḁ"
 	var tokens []string
 	for _, r := range alphabet {
 		tokens = append(tokens, string(r))
@@ -512,9 +519,10 @@ func bothPaths(t *testing.T, check func(*testing.T)) {
 		if on && !simd.Available512 {
 			continue
 		}
-		prev := simd.Force512(on)
-		check(t)
-		simd.Force512(prev)
+		func() {
+			defer simd.Force512(simd.Force512(on)) // also after a failure, for the tests after it
+			check(t)
+		}()
 	}
 }
 
@@ -539,12 +547,13 @@ func kinds3(t *testing.T) {
 		var cl classes
 		n := cl.classify(window, windowLen, false)
 		// The same character 21 times over (more than three that are
-		// not Han take the bit-plane tests of hangulLeads): the same
-		// bitmaps, repeated.
+		// not Han take the bit-plane tests of kanaLeads and
+		// brahmicLeads): the same bitmaps, repeated.
 		copy(window, strings.Repeat(string(r), 21))
 		var many classes
 		if m := many.classify(window, windowLen, false); m != n ||
-			n == 64 && ((many.han^cl.han)|(many.kana^cl.kana)|(many.hangul^cl.hangul)|(many.uni^cl.uni)|(many.blank^cl.blank)|(many.cont^cl.cont))&7 != 0 {
+			n == 64 && ((many.han^cl.han)|(many.kana^cl.kana)|(many.hangul^cl.hangul)|(many.thai^cl.thai)|(many.indic^cl.indic)|
+				(many.uni^cl.uni)|(many.blank^cl.blank)|(many.cont^cl.cont))&7 != 0 {
 			t.Fatalf("%U: alone read %d bytes %+v, 21 times over %d %+v", r, n, cl, m, many)
 		}
 		cls, script, _, _ := classify(r)
@@ -620,6 +629,95 @@ func TestLeadsFromPlanes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBrahmicLeads checks the Devanagari and Thai characters that the block
+// reader takes from the bit planes instead of kind3. brahmicLeads, given
+// the lead bytes 0xE0 as classify finds them, must mark exactly the
+// characters of the ranges its comment lists, each as the kind kind3 gives
+// it, among all three-byte sequences (every lead byte 0xE0–0xEF and two
+// continuation bytes, overlong forms and surrogates included); and a
+// window of one sequence with the lead byte 0xE0 many times over (enough
+// for both classification paths to take the planes), at each offset of
+// its character, must be read as kind3 says on both paths.
+func TestBrahmicLeads(t *testing.T) {
+	settled := [][2]int{{0x0900, 0x0965}, {0x0970, 0x097F}, {0x0E01, 0x0E3A}, {0x0E40, 0x0E4F}}
+	window := make([]byte, windowLen)
+	seq := func(lead, second, third int) []byte { return []byte{byte(lead), byte(second), byte(third)} }
+	rune3 := func(b []byte) int { return int(b[0]&0x0F)<<12 | int(b[1]&0x3F)<<6 | int(b[2]&0x3F) } // as multibyte reads it
+	for lead := 0xE0; lead <= 0xEF; lead++ {
+		for second := 0x80; second <= 0xBF; second++ {
+			for third := 0x80; third <= 0xBF; third++ {
+				enc := seq(lead, second, third)
+				r := rune3(enc)
+				in := false
+				for _, s := range settled {
+					in = in || lead == 0xE0 && r >= s[0] && r <= s[1]
+				}
+				for _, at := range []int{0, 20, 61} {
+					clear(window)
+					copy(window[at:], enc)
+					b0, b1, b2, b3, b4, b5, _, _ := planes(window)
+					bit := uint64(1) << at
+					indic, thai, marks := brahmicLeads(bit&^(b3|b2|b1|b0), b0, b1, b2, b3, b4, b5)
+					var got []uint8
+					for _, x := range [...]struct {
+						kind uint8
+						m    uint64
+					}{{kindIndic, indic}, {kindThai, thai}, {kindPunct, marks}} {
+						if x.m&^bit != 0 {
+							t.Fatalf("% x at %d: kind %d marks %x", enc, at, x.kind, x.m)
+						}
+						if x.m != 0 {
+							got = append(got, x.kind)
+						}
+					}
+					if in != (len(got) != 0) || len(got) > 1 || in && got[0] != kind3(r) {
+						t.Fatalf("% x (U+%04X, kind %d) at %d: marked as kinds %v, in the ranges %v", enc, r, kind3(r), at, got, in)
+					}
+				}
+			}
+		}
+	}
+	bothPaths(t, func(t *testing.T) {
+		three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
+		for second := 0x80; second <= 0xBF; second++ {
+			for third := 0x80; third <= 0xBF; third++ {
+				enc := seq(0xE0, second, third)
+				want := kindNone
+				if r := rune3(enc); r >= 0x800 {
+					want = kind3(r)
+				}
+				for at := range 3 {
+					copy(window, strings.Repeat(" ", windowLen))
+					copy(window[at:], bytes.Repeat(enc, (64-at)/3)) // 21 or 20 of them, whole
+					var cl classes
+					n := cl.classify(window, windowLen, false)
+					if want == kindNone {
+						if n != at {
+							t.Fatalf("% x at %d: read %d bytes, want a stop at the character", enc, at, n)
+						}
+						continue
+					}
+					var chars uint64 // the characters' first bytes
+					for q := at; q+3 <= 64; q += 3 {
+						chars |= 1 << q
+					}
+					var kinds [numKinds]uint64
+					kinds[kindPunct], kinds[kindSpace], kinds[kindHan], kinds[kindKana] = cl.uni, cl.blank, cl.han, cl.kana
+					kinds[kindHangul], kinds[kindThai], kinds[kindIndic] = cl.hangul, cl.thai, cl.indic
+					for k, m := range kinds[1:] {
+						if (uint8(k+1) == want) != (m == three(chars)) || m != three(chars) && m != 0 {
+							t.Fatalf("% x at %d (kind %d): kind %d bitmap %x\n%+v", enc, at, want, k+1, m, cl)
+						}
+					}
+					if n != 64 || cl.cont != chars<<1|chars<<2 {
+						t.Fatalf("% x at %d: read %d bytes, cont %x", enc, at, n, cl.cont)
+					}
+				}
+			}
+		}
+	})
 }
 
 // TestKinds2 checks that the block reader classifies every two-byte
@@ -845,7 +943,8 @@ func TestClassifyPaths(t *testing.T) {
 		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80",
 		"ü", "Ü", "ß", "«", "\u00a0", "µ", "\u0301", "ё", "ѣ", "҂", "α", "Ω", "ب", "א", "Ա", "٣", "\xd0", "\xc0\x80", "\xf0\x90", "\xf1\x80\x80\x80",
 		"ΐ", "\u03a2", "ϯ", "ϰ", "ـ", "\u064b", "پ", "ۓ", "۔", "ת", "װ", "\u05c7", "\xf7\x90", "\xf9\xa0",
-		"न", "्", "।", "१", "ก", "ี", "ກ", "ა", "\xe0\xa4"}
+		"न", "्", "।", "१", "ก", "ี", "ກ", "ა", "\xe0\xa4",
+		"\u0900", "ऽ", "ॐ", "\u0958", "॥", "९", "॰", "ॿ", "\u0e00", "ำ", "\u0e3b", "฿", "ๆ", "๏", "๙", "๚", "\u0e5c", "\xe0\x84\x80", "ཀ", "ᤁ", "ḁ"}
 	rng := rand.New(rand.NewPCG(7, 8))
 	window := make([]byte, windowLen)
 	for range 200000 {
