@@ -101,6 +101,16 @@ type classes struct {
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
 
 	m simd.Masks // the AVX-512 kernel's output (classifyMasks), kept here so that no call zeroes it
+
+	// planes tells classify, where the AVX-512 kernel is available, to
+	// take the bit-plane path for the next block: the last block needed
+	// the bit planes (for the letters of the alphabets or of Devanagari
+	// and Thai, which the kernel's masks do not tell), and the next one
+	// in the same text most likely will too, so that running the kernel
+	// as well would be wasted. Either path sets the same bitmaps
+	// (TestClassifyPaths); the bit-plane path clears it at the first
+	// block that would not have needed them.
+	planes bool
 }
 
 // The runs of classes' words that compress compacts, from letter: those of
@@ -170,7 +180,10 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 // unescape).
 func (c *classes) classify(b []byte, avail int, json bool) int {
 	if simd.Available512 {
-		return c.classifyMasks(b, avail, json)
+		if !c.planes {
+			return c.classifyMasks(b, avail, json)
+		}
+		c.planes = false
 	}
 	b0, b1, b2, b3, b4, b5, b6, b7 := planes(b)
 	ascii := ^b7
@@ -208,6 +221,9 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		cont := b7 &^ b6
 		var known uint64
 		if lead2 := b7 & b6 &^ b5 & (cont >> 1); lead2 != 0 {
+			if simd.Available512 {
+				c.planes = bits.OnesCount64(lead2) > 4 // as classifyMasks decides
+			}
 			var cyr, greek, arab, hebrew uint64
 			if lead2&(b4|b3) != 0 { // 0xC8–0xDF
 				cyr = lead2 & b4 &^ (b3 | b2 | b1)
@@ -232,6 +248,7 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 				if e3 := other &^ (b3 | b2) & b1 & b0; bits.OnesCount64(e3) > 3 {
 					kinds[kindKana] = kanaLeads(e3, b0, b1, b2, b3, b4, b5) // lead bytes 0xE3 but Han
 				} else if e0 := other &^ (b3 | b2 | b1 | b0); bits.OnesCount64(e0) > 3 {
+					c.planes = simd.Available512
 					kinds[kindIndic], kinds[kindThai], kinds[kindPunct] = brahmicLeads(e0, b0, b1, b2, b3, b4, b5)
 				}
 			}
@@ -294,6 +311,7 @@ func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
 		other := lead &^ (kinds[kindHan] | kinds[kindKana] | kinds[kindHangul])
 		var cyr, greek, arab, hebrew uint64
 		if many2, many3 := bits.OnesCount64(lead2) > 4, bits.OnesCount64(other) > 3; many2 || many3 {
+			c.planes = true // and for the next block the bit-plane path alone (see classes.planes)
 			var p [8]uint64
 			simd.Planes((*[64]byte)(b[:64]), &p)
 			if many2 {

@@ -955,7 +955,8 @@ func TestClassifyPaths(t *testing.T) {
 			prev := simd.Force512(false)
 			m := slow.classify(window, avail, json)
 			simd.Force512(prev)
-			fast.m = simd.Masks{} // the kernel's own output
+			fast.m = simd.Masks{}                   // the kernel's own output
+			fast.planes, slow.planes = false, false // which path the next block takes
 			if n != m || fast != slow {
 				t.Fatalf("json=%v avail=%d % x:\nAVX-512 %d %+v\nplanes  %d %+v", json, avail, window, n, fast, m, slow)
 			}
