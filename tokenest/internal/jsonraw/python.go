@@ -13,8 +13,9 @@ import "unicode/utf8"
 // & from Go's encoder) print as the characters, through emitRune, and \/
 // as /. A lone surrogate escape, which has no UTF-8 form, is printed as it
 // came. The pieces are runs of raw bytes between white space, commas,
-// colons and escapes, so no character is split between two (not even
-// invalid UTF-8 in a string). emit may be called with an empty piece and
+// colons and escapes, and the characters escapes stand for: a piece ends
+// only before an ASCII byte or an escape, or after a whole character, so no
+// character is split between two. emit may be called with an empty piece and
 // must not keep the slice. Neither function is kept, so passing closures
 // costs no allocation.
 func RenderPython(raw []byte, emit func([]byte), emitRune func(rune)) {

@@ -814,7 +814,7 @@ func (c *classes) compress(heads, wheads uint64, stop int) int {
 			n = compactAll
 		}
 	}
-	simd.Compress(&c.letter, n, keep)
+	simd.Compress(&c.letter, n, keep) // the first n words from letter (see classes)
 	return stop - 4*bits.OnesCount64(wheads) - bits.OnesCount64(heads|wheads)
 }
 
