@@ -138,6 +138,11 @@ func stops(x uint64) uint64 {
 	return ((q-ones)&^q | (s-ones)&^s | (x-ones*0x20)&^x) & highs
 }
 
+// Stops is stops for other packages: the high bit of each byte of x
+// (eight bytes of a string, little-endian) that is a quote, a backslash or
+// a control character, exact for the lowest.
+func Stops(x uint64) uint64 { return stops(x) }
+
 // continuations counts the UTF-8 continuation bytes (0b10xxxxxx) of x.
 func continuations(x uint64) int {
 	return bits.OnesCount64(x &^ (x << 1) & highs)

@@ -1020,3 +1020,63 @@ func randomWindow(rng *rand.Rand, pieces []string, window []byte) (avail int) {
 	}
 	return windowLen
 }
+
+// decodedCounts scans the JSON string quoted with decoded allowed or not
+// and returns the offset JSONString returned and the counts.
+func decodedCounts(quoted []byte, decode bool) (int, [NumFeatures]uint32) {
+	defer func(prev bool) { decodeStrings = prev }(decodeStrings)
+	decodeStrings = decode
+	var c Counter
+	end := c.JSONString(quoted, 0)
+	return end, *c.Features()
+}
+
+// decodedStrings returns JSON string bodies for the comparison of decoded
+// with scan's reading of escapes in place: \u escapes of characters of one,
+// two, three and four bytes (surrogate pairs), lone surrogates, two-byte
+// escapes, raw UTF-8 (valid or not) next to escapes, malformed escapes and
+// control bytes, and strings long enough to fill decoded's buffer, with
+// every kind of character at each offset around its end.
+func decodedStrings() []string {
+	strs := []string{`\u00e9t\u00e9`, `\u4e2d\u6587 and \u0440\u0443\u0441`, `\ud83d\ude00 \ud83d x \udc00`,
+		`a\u0041\u003c\"\\\/\b\f\n\r\t`, "\u00e9 raw \\u00e9 \xe4\xb8\\u4e2d\xad", `\u00e9\u12`, `\u00e9\x`, "\\u00e9\x01",
+		`\u0915\u093f\u0924\u093e\u092c`, `\u0e01\u0e34\u0e19`, `\uAC00\uD7A3\uFFFF\u0800\u07FF\u0080`}
+	for _, tail := range []string{`\u00e9`, `\u4e2d`, `\ud83d\ude00`, "\xe4\xb8\xad", "\xe4\xb8", "\x80\x80\x80\x80\x80", `\"`, `\n`, "x", "\xf0\x9f\x98\x80"} {
+		for pad := decodeBuf - 24; pad <= decodeBuf+8; pad++ {
+			strs = append(strs, `\u00e9`+strings.Repeat("a", pad)+tail+tail+" "+tail)
+			strs = append(strs, `\u4e2d`+strings.Repeat(`\u4e2d`, pad/6)+strings.Repeat("b", pad%6)+tail+tail)
+		}
+	}
+	return strs
+}
+
+// TestDecodedMatchesEscaped checks that decoded, which decodes a string
+// with \u escapes beyond ASCII and scans it as plain text, gives the counts
+// and the end that scan gives reading the escapes in place.
+func TestDecodedMatchesEscaped(t *testing.T) {
+	for _, s := range decodedStrings() {
+		checkDecoded(t, []byte(s))
+	}
+}
+
+func FuzzDecodedMatchesEscaped(f *testing.F) {
+	for _, s := range decodedStrings() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkDecoded(t, b) })
+}
+
+func checkDecoded(t *testing.T, b []byte) {
+	t.Helper()
+	quoted := append(append([]byte{'"'}, b...), '"')
+	endD, featD := decodedCounts(quoted, true)
+	endS, featS := decodedCounts(quoted, false)
+	if endD != endS || endS >= 0 && featD != featS {
+		for i := range featD {
+			if featD[i] != featS[i] {
+				t.Errorf("%s: decoded %d, in place %d", FeatureName(i), featD[i], featS[i])
+			}
+		}
+		t.Fatalf("%q: decoded ends at %d, in place at %d", quoted, endD, endS)
+	}
+}
