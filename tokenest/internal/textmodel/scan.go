@@ -154,7 +154,7 @@ const decodeBuf = 512
 // instructions per character of \u-escaped Chinese, ~65 unescaped).
 // decoded decodes the rest of the string instead, into a buffer on the
 // stack, and scans it a buffer at a time as plain text, which the block
-// reader reads (\u-escaped Chinese ~165 instructions per character): the
+// reader reads (\u-escaped Chinese ~160 instructions per character): the
 // counts are those of the string's text either way
 // (TestDecodedMatchesEscaped, FuzzDecodedMatchesEscaped). Escapes of
 // three-byte characters are decoded in a loop of their own, and plain ASCII
