@@ -228,12 +228,12 @@ func DecodeEscape(s []byte) (rune, int) {
 	if c := escapes[s[1]]; c != 0 {
 		return rune(c), 2
 	}
-	r, ok := hex4(s[2:])
+	r, ok := Hex4(s[2:])
 	if s[1] != 'u' || !ok {
 		return utf8.RuneError, 0
 	}
 	if r >= 0xD800 && r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
-		if lo, ok := hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+		if lo, ok := Hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
 			return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), 12
 		}
 	}
@@ -243,29 +243,29 @@ func DecodeEscape(s []byte) (rune, int) {
 	return r, 6
 }
 
-func hex4(s []byte) (rune, bool) {
+// Hex4 decodes the four hex digits at the start of s (a \u escape's,
+// after the "\u"), reporting false if s has fewer or they are not.
+func Hex4(s []byte) (rune, bool) {
 	if len(s) < 4 {
 		return 0, false
 	}
-	a, b, c, d := hexDigits[s[0]], hexDigits[s[1]], hexDigits[s[2]], hexDigits[s[3]]
-	if (a|b|c|d)&0xF0 != 0 {
-		return 0, false
-	}
-	return rune(a)<<12 | rune(b)<<8 | rune(c)<<4 | rune(d), true
+	v := hexDigits[s[0]]<<12 | hexDigits[s[1]]<<8 | hexDigits[s[2]]<<4 | hexDigits[s[3]]
+	return rune(v), v <= 0xFFFF
 }
 
-// hexDigits maps a hex digit to its value and every other byte to 0xFF.
-var hexDigits = func() (t [256]byte) {
+// hexDigits maps a hex digit to its value and every other byte to 0x10000,
+// which puts four digits combined above 0xFFFF: one test for all four.
+var hexDigits = func() (t [256]uint32) {
 	for c := range t {
 		switch {
 		case c >= '0' && c <= '9':
-			t[c] = byte(c - '0')
+			t[c] = uint32(c - '0')
 		case c >= 'a' && c <= 'f':
-			t[c] = byte(c - 'a' + 10)
+			t[c] = uint32(c - 'a' + 10)
 		case c >= 'A' && c <= 'F':
-			t[c] = byte(c - 'A' + 10)
+			t[c] = uint32(c - 'A' + 10)
 		default:
-			t[c] = 0xFF
+			t[c] = 0x10000
 		}
 	}
 	return t

@@ -41,7 +41,7 @@ func RenderPython(raw []byte, emit func([]byte), emitRune func(rune)) {
 					continue
 				}
 				r, size := DecodeEscape(raw[i:])
-				if v, _ := hex4(raw[min(i+2, len(raw)):]); size == 0 || r == utf8.RuneError && v != utf8.RuneError {
+				if v, _ := Hex4(raw[min(i+2, len(raw)):]); size == 0 || r == utf8.RuneError && v != utf8.RuneError {
 					i++ // malformed or a lone surrogate: as it came
 					continue
 				}

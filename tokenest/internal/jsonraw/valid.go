@@ -313,13 +313,13 @@ func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
 			ok := p[k] == 'u' && k <= 59
 			var r rune
 			if ok {
-				r, ok = hex4(p[k+1 : k+5])
+				r, ok = Hex4(p[k+1 : k+5])
 			}
 			if ok && r >= 0xD800 && r < 0xDC00 {
 				// a high surrogate: the low one must be in the block
 				// to tell a pair (one character) from a lone one
 				if ok = k <= 53; ok && p[k+5] == '\\' && p[k+6] == 'u' {
-					if lo, isHex := hex4(p[k+7 : k+11]); isHex && lo >= 0xDC00 && lo < 0xE000 {
+					if lo, isHex := Hex4(p[k+7 : k+11]); isHex && lo >= 0xDC00 && lo < 0xE000 {
 						extra++
 					}
 				}

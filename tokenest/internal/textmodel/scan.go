@@ -184,11 +184,12 @@ func (c *Counter) decoded(s []byte, i int) int {
 			// the others and malformed escapes below)
 			for len(s)-i >= 6 && n <= decodeBuf-8 {
 				e := s[i : i+6 : i+6]
-				v := hexValue[e[2]]<<12 | hexValue[e[3]]<<8 | hexValue[e[4]]<<4 | hexValue[e[5]]
-				if e[0] != '\\' || e[1] != 'u' || v < 0x800 || v-0xD800 < 0x800 || v > 0xFFFF {
-					break
+				v, ok := jsonraw.Hex4(e[2:])
+				u := uint32(v)
+				if e[0] != '\\' || e[1] != 'u' || !ok || u < 0x800 || u-0xD800 < 0x800 {
+					break // not a three-byte character, or a surrogate
 				}
-				binary.LittleEndian.PutUint32(buf[n:], 0xE0|v>>12|(0x80|v>>6&0x3F)<<8|(0x80|v&0x3F)<<16)
+				binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
 				n, i, pending = n+3, i+6, 0
 			}
 			if i >= len(s) {
@@ -198,7 +199,7 @@ func (c *Counter) decoded(s []byte, i int) int {
 				continue
 			}
 			if len(s)-i >= 6 && s[i+1] == 'u' {
-				if v := hexValue[s[i+2]]<<12 | hexValue[s[i+3]]<<8 | hexValue[s[i+4]]<<4 | hexValue[s[i+5]]; v >= 0x80 && v < 0x800 {
+				if v, ok := jsonraw.Hex4(s[i+2:]); ok && v >= 0x80 && v < 0x800 {
 					buf[n], buf[n+1] = 0xC0|byte(v>>6), 0x80|byte(v)&0x3F
 					n, i, pending = n+2, i+6, 0
 					continue
@@ -255,21 +256,6 @@ func (c *Counter) decoded(s []byte, i int) int {
 	}
 	return -1
 }
-
-// hexValue maps a hex digit to its value, and any other byte to 0x10000,
-// which puts a \u escape's four digits combined above U+FFFF.
-var hexValue = func() (t [256]uint32) {
-	for b := range t {
-		t[b] = 0x10000
-	}
-	for d, ch := range []byte("0123456789abcdef") {
-		t[ch] = uint32(d)
-	}
-	for d, ch := range []byte("ABCDEF") {
-		t[ch] = uint32(10 + d)
-	}
-	return t
-}()
 
 // sameScriptRun continues a segment of a script other than Latin with the
 // letters of that script at s[i:] and returns the offset after them. Han
