@@ -1,7 +1,8 @@
 // Package simd holds the few vector kernels of the estimator: amd64
 // assembly for the loops that dominate its time natively. With AVX2, the
 // bit-plane transpose of the block reader (Planes) and the scan of a JSON
-// string's plain stretches and two-byte escapes (StringBlocks); with
+// string's plain stretches and two-byte escapes (StringBlocks), and the
+// decoding of runs of \u escapes of three-byte characters (Escapes3); with
 // AVX-512 (F and BW), the block reader's byte classes straight from
 // compares into opmask registers (Classify), in place of the transpose
 // and the arithmetic on its planes. Each kernel has a pure-Go twin in the

@@ -47,6 +47,18 @@ func hasFastPEXT() bool {
 //go:noescape
 func Compress(p *uint64, n int, keep uint64)
 
+// Escapes3 decodes JSON \u escapes of characters of three UTF-8 bytes
+// (U+0800 to U+FFFF but the surrogates: the bulk of a string sent with
+// every non-ASCII character escaped) from the n bytes at src into their
+// UTF-8 at dst, which has room bytes, and returns the bytes read and
+// written (6 and 3 an escape). It reads rounds of four six-byte places
+// while src has 28 bytes and dst 22 left (a round's loads and stores reach
+// that far), and stops at the first place that holds no such escape. See
+// Available.
+//
+//go:noescape
+func Escapes3(src *byte, n int, dst *byte, room int) (read, written int)
+
 // ForcePEXT sets AvailablePEXT to on, if the machine has a fast PEXT, and
 // returns the value it had.
 func ForcePEXT(on bool) bool {

@@ -631,3 +631,165 @@ compressTail:
 
 compressDone:
 	RET
+
+// ESC3 defines a 32-byte constant: the 16 bytes lo, hi in both lanes.
+#define ESC3(name, lo, hi) \
+	DATA name+0(SB)/8, lo \
+	DATA name+8(SB)/8, hi \
+	DATA name+16(SB)/8, lo \
+	DATA name+24(SB)/8, hi \
+	GLOBL name(SB), (NOPTR+RODATA), $32
+
+// Each lane holds two escapes, bytes 0-11: "\uXXXX\uXXXX".
+ESC3(esc3prefix<>, $0x755C00000000755C, $0)                  // "\u" at 0 and 6
+ESC3(esc3gather<>, $0x0B0A090805040302, $-0x7F7F7F7F7F7F7F80) // hex digits to 0-7, zero above
+ESC3(esc3pack<>, $-0x7F7FF9FAFBFDFF00, $-0x7F7F7F7F7F7F7F80)  // bytes 0-2 and 4-6 to 0-5
+ESC3(esc3letters<>, $0x0009000900000000, $0)                  // by high nibble: 9 for 4x and 6x
+ESC3(esc3nibble<>, $0x0F0F0F0F0F0F0F0F, $0x0F0F0F0F0F0F0F0F)
+ESC3(esc3lower<>, $0x2020202020202020, $0x2020202020202020)
+ESC3(esc3x2f<>, $0x2F2F2F2F2F2F2F2F, $0x2F2F2F2F2F2F2F2F)
+ESC3(esc3x3a<>, $0x3A3A3A3A3A3A3A3A, $0x3A3A3A3A3A3A3A3A)
+ESC3(esc3x60<>, $0x6060606060606060, $0x6060606060606060)
+ESC3(esc3x67<>, $0x6767676767676767, $0x6767676767676767)
+ESC3(esc3w16<>, $0x0110011001100110, $0x0110011001100110)     // bytes 16, 1
+ESC3(esc3w256<>, $0x0001010000010100, $0x0001010000010100)    // words 256, 1
+ESC3(esc3top<>, $0x0000F8000000F800, $0x0000F8000000F800)
+ESC3(esc3surr<>, $0x0000D8000000D800, $0x0000D8000000D800)
+ESC3(esc3mid<>, $0x00003F0000003F00, $0x00003F0000003F00)
+ESC3(esc3low<>, $0x003F0000003F0000, $0x003F0000003F0000)
+ESC3(esc3marks<>, $0x008080E0008080E0, $0x008080E0008080E0)  // 1110xxxx 10xxxxxx 10xxxxxx
+
+// ESC3STORE encodes the round's four values (dwords 0 and 1 of each lane
+// of Y1) as 1110xxxx 10xxxxxx 10xxxxxx, three bytes a dword, packs them and
+// stores them: six bytes at dst+w, six at dst+w+6 (16-byte stores).
+#define ESC3STORE \
+	VPSRLD       $12, Y1, Y2 \
+	VPSLLD       $2, Y1, Y3 \
+	VPAND        esc3mid<>(SB), Y3, Y3 \
+	VPSLLD       $16, Y1, Y4 \
+	VPAND        esc3low<>(SB), Y4, Y4 \
+	VPOR         Y3, Y2, Y2 \
+	VPOR         Y4, Y2, Y2 \
+	VPOR         esc3marks<>(SB), Y2, Y2 \
+	VPSHUFB      esc3pack<>(SB), Y2, Y2 \
+	VMOVDQU      X2, (DI)(BX*1) \
+	VEXTRACTI128 $1, Y2, X3 \
+	VMOVDQU      X3, 6(DI)(BX*1)
+
+// func Escapes3(src *byte, n int, dst *byte, room int) (read, written int)
+//
+// Four places a round: two per lane (src+r and src+r+12), checked all at
+// once. A round whose places are not all escapes of three-byte characters
+// decodes those before the first that is not, and ends the call. A round's
+// UTF-8 is stored as two 16-byte stores (six bytes each, at dst+w and
+// dst+w+6), which is why it wants 22 bytes of room, and its loads 28 of src.
+TEXT ·Escapes3(SB), NOSPLIT, $0-48
+	MOVQ src+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ dst+16(FP), DI
+	MOVQ room+24(FP), DX
+	XORQ AX, AX
+	XORQ BX, BX
+	SUBQ $28, CX // rounds run while r <= n-28
+	SUBQ $22, DX // and w <= room-22
+	VPXOR Y15, Y15, Y15
+
+esc3Round:
+	CMPQ AX, CX
+	JGT  esc3Done
+	CMPQ BX, DX
+	JGT  esc3Done
+	VMOVDQU     (SI)(AX*1), X0
+	VINSERTI128 $1, 12(SI)(AX*1), Y0, Y0
+
+	// R8: the bytes that are right, "\u" at bytes 0, 1, 6 and 7 of
+	// each lane and hex digits at bytes 2-5 and 8-11: '0'-'9', or 'a'-'f'
+	// once folded to lower case (signed compares: bytes from 0x80 fail)
+	VPCMPEQB  esc3prefix<>(SB), Y0, Y1
+	VPMOVMSKB Y1, R8
+	ANDL      $0x00C300C3, R8
+	VPCMPGTB  esc3x2f<>(SB), Y0, Y1 // c > '/'
+	VMOVDQU   esc3x3a<>(SB), Y2
+	VPCMPGTB  Y0, Y2, Y2            // ':' > c
+	VPAND     Y2, Y1, Y1
+	VPOR      esc3lower<>(SB), Y0, Y3
+	VPCMPGTB  esc3x60<>(SB), Y3, Y4 // l > '`'
+	VMOVDQU   esc3x67<>(SB), Y5
+	VPCMPGTB  Y3, Y5, Y5            // 'g' > l
+	VPAND     Y5, Y4, Y4
+	VPOR      Y4, Y1, Y1
+	VPMOVMSKB Y1, R9
+	ANDL      $0x0F3C0F3C, R9
+	ORL       R9, R8
+
+	// values: low nibble, plus 9 for a letter (high nibble 4 or 6);
+	// the four digits of an escape into one 32-bit value (dwords 0 and
+	// 1 of each lane)
+	VPSRLW     $4, Y0, Y1
+	VPAND      esc3nibble<>(SB), Y1, Y1
+	VMOVDQU    esc3letters<>(SB), Y2
+	VPSHUFB    Y1, Y2, Y2
+	VPAND      esc3nibble<>(SB), Y0, Y1
+	VPADDB     Y2, Y1, Y1
+	VPSHUFB    esc3gather<>(SB), Y1, Y1
+	VPMADDUBSW esc3w16<>(SB), Y1, Y1
+	VPMADDWD   esc3w256<>(SB), Y1, Y1
+
+	// R10: the values' bytes out of range, below U+0800 or surrogates
+	// (top five bits 0 or 11011)
+	VPAND     esc3top<>(SB), Y1, Y2
+	VPCMPEQD  Y15, Y2, Y3
+	VPCMPEQD  esc3surr<>(SB), Y2, Y2
+	VPOR      Y3, Y2, Y2
+	VPMOVMSKB Y2, R10
+	ANDL      $0x00FF00FF, R10
+
+	CMPL R8, $0x0FFF0FFF
+	JNE  esc3Part
+	TESTL R10, R10
+	JNE  esc3Part
+	ESC3STORE
+	ADDQ $24, AX
+	ADDQ $12, BX
+	JMP  esc3Round
+
+esc3Part:
+	// the places before the first that is wrong, in the order
+	// lane 0 (bytes 0-5, 6-11), lane 1 (bytes 16-21, 22-27)
+	XORQ R11, R11
+	MOVL R8, R9
+	ANDL $0x3F, R9
+	CMPL R9, $0x3F
+	JNE  esc3Last
+	TESTL $0xF, R10
+	JNE  esc3Last
+	INCQ R11
+	MOVL R8, R9
+	ANDL $0xFC0, R9
+	CMPL R9, $0xFC0
+	JNE  esc3Last
+	TESTL $0xF0, R10
+	JNE  esc3Last
+	INCQ R11
+	MOVL R8, R9
+	ANDL $0x3F0000, R9
+	CMPL R9, $0x3F0000
+	JNE  esc3Last
+	TESTL $0xF0000, R10
+	JNE  esc3Last
+	INCQ R11
+
+esc3Last:
+	TESTQ R11, R11
+	JEQ   esc3Done
+	ESC3STORE
+	LEAQ (R11)(R11*2), R11
+	ADDQ R11, BX // 3 bytes each
+	ADDQ R11, AX
+	ADDQ R11, AX // from 6
+
+esc3Done:
+	VZEROUPPER
+	MOVQ AX, read+32(FP)
+	MOVQ BX, written+40(FP)
+	RET

@@ -1,10 +1,13 @@
 package simd
 
 import (
+	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -301,4 +304,111 @@ func TestCompress(t *testing.T) {
 			t.Fatalf("keep %#x n %d: %#x, want %#x", keep, n, p, want)
 		}
 	}
+}
+
+// escapes3Ref is the definition of Escapes3: rounds of four places while
+// src has 28 bytes and dst 22 left, up to the first place that is not a \u
+// escape of a character of three UTF-8 bytes.
+func escapes3Ref(src []byte, room int) (read int, out []byte) {
+	for len(src)-read >= 28 && room-len(out) >= 22 {
+		for range 4 {
+			e := src[read:]
+			if e[0] != '\\' || e[1] != 'u' {
+				return read, out
+			}
+			v, err := strconv.ParseUint(string(e[2:6]), 16, 32)
+			if err != nil || v < 0x800 || v >= 0xD800 && v < 0xE000 {
+				return read, out
+			}
+			out = utf8.AppendRune(out, rune(v))
+			read += 6
+		}
+	}
+	return read, out
+}
+
+// checkEscapes3 runs Escapes3 on src with room bytes of dst, against its
+// definition, and checks that it stores nothing past dst's room.
+func checkEscapes3(t *testing.T, src []byte, room int) {
+	t.Helper()
+	dst := make([]byte, room+32)
+	for k := range dst {
+		dst[k] = 0xA5
+	}
+	var p *byte
+	if len(src) > 0 {
+		p = &src[0]
+	}
+	read, written := Escapes3(p, len(src), &dst[0], room)
+	wantRead, want := escapes3Ref(src, room)
+	if read != wantRead || written != len(want) || string(dst[:written]) != string(want) {
+		t.Fatalf("Escapes3(%q, room %d) = %d, %d, % x; want %d, %d, % x", src, room, read, written, dst[:written], wantRead, len(want), want)
+	}
+	for k := room; k < len(dst); k++ {
+		if dst[k] != 0xA5 {
+			t.Fatalf("Escapes3(%q, room %d) stored at dst[%d], past its room", src, room, k)
+		}
+	}
+}
+
+// escape writes the \u escape of v, its hex digits upper case if upper.
+func escape(v int, upper bool) string {
+	if upper {
+		return fmt.Sprintf(`\u%04X`, v)
+	}
+	return fmt.Sprintf(`\u%04x`, v)
+}
+
+// TestEscapes3 checks Escapes3 against its definition: every \u value in
+// each of a round's four places, in both cases; every byte value at every
+// byte of a round; runs of escapes ended in each way, with room and source
+// lengths around a round's limits.
+func TestEscapes3(t *testing.T) {
+	if !Available {
+		t.Skip("no AVX2 kernels on this machine or build")
+	}
+	const good = `\u4f60`
+	for v := range 0x10000 {
+		for place := range 4 {
+			for _, upper := range []bool{false, true} {
+				src := []byte(strings.Repeat(good, place) + escape(v, upper) + strings.Repeat(good, 3-place) + "tail")
+				checkEscapes3(t, src, 64)
+			}
+		}
+	}
+	base := []byte(strings.Repeat(`\u4F60\uFFFF\u0800\uE000`, 2) + "tail")
+	for k := range 24 {
+		for c := range 256 {
+			src := append([]byte(nil), base...)
+			src[k] = byte(c)
+			checkEscapes3(t, src, 64)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	enders := []string{`\u07ff`, `\u0080`, `\ud800`, `\udfff`, `\uD83D\uDE00`, `\n`, `\"`, `"`, "a", "\xe4\xbd\xa0", `\u4f6`, `\U4f60`, `/u4f60`, `\\u4f60`, `\u4g60`, `\u4f6:`, `\u 4f6`}
+	for range 20000 {
+		var b strings.Builder
+		for range rng.IntN(12) {
+			b.WriteString(escape(0x800+rng.IntN(0xF800), rng.IntN(2) == 0))
+			if b.Len() > 0 && rng.IntN(4) == 0 {
+				b.WriteString(escape(0xD800+rng.IntN(0x800), false)) // surrogate: not taken
+			}
+		}
+		b.WriteString(enders[rng.IntN(len(enders))])
+		b.WriteString(strings.Repeat("x", rng.IntN(30)))
+		src := []byte(b.String())
+		src = src[:rng.IntN(len(src)+1)]
+		checkEscapes3(t, src, rng.IntN(80))
+	}
+}
+
+func FuzzEscapes3(f *testing.F) {
+	f.Add([]byte(`\u4f60\u597D\uffff\u0800\u4f60\u597d"tail of the string`), uint8(40))
+	f.Add([]byte(`\u4f60\ud83d\ude00\u4f60\u597d\u4f60\u597d\u4f60\u597d`), uint8(22))
+	f.Fuzz(func(t *testing.T, src []byte, room uint8) {
+		if !Available {
+			t.Skip("no AVX2 kernels on this machine or build")
+		}
+		checkEscapes3(t, src, int(room))
+	})
 }

@@ -1040,7 +1040,16 @@ func decodedCounts(quoted []byte, decode bool) (int, [NumFeatures]uint32) {
 func decodedStrings() []string {
 	strs := []string{`\u00e9t\u00e9`, `\u4e2d\u6587 and \u0440\u0443\u0441`, `\ud83d\ude00 \ud83d x \udc00`,
 		`a\u0041\u003c\"\\\/\b\f\n\r\t`, "\u00e9 raw \\u00e9 \xe4\xb8\\u4e2d\xad", `\u00e9\u12`, `\u00e9\x`, "\\u00e9\x01",
-		`\u0915\u093f\u0924\u093e\u092c`, `\u0e01\u0e34\u0e19`, `\uAC00\uD7A3\uFFFF\u0800\u07FF\u0080`}
+		`\u0915\u093f\u0924\u093e\u092c`, `\u0e01\u0e34\u0e19`, `\uAC00\uD7A3\uFFFF\u0800\u07FF\u0080`,
+		`\u4e2d\u4E2D\u6587\u6587\u4e2d\ud83d\ude00\u4e2d\u6587\u4e2d\u07ff\u4e2d`, `\u0915\u093f\u0924\u093e\u092c\u0915\u093f\u0924\u093e`}
+	// runs of escapes of three-byte characters (decoded four at a time
+	// where the CPU has AVX2) of every length to ten, each ended in every
+	// way
+	for run := 1; run <= 10; run++ {
+		for _, end := range []string{"", "x", " ", `\n`, `\u00e9`, `\ud800`, `\ud83d\ude00`, `\u0800`, "\xe4\xb8\xad", `\u4e2`, `\u4e2g`} {
+			strs = append(strs, strings.Repeat(`\u4e2d`, run)+end+strings.Repeat(`\u6587`, 11-run))
+		}
+	}
 	for _, tail := range []string{`\u00e9`, `\u4e2d`, `\ud83d\ude00`, "\xe4\xb8\xad", "\xe4\xb8", "\x80\x80\x80\x80\x80", `\"`, `\n`, "x", "\xf0\x9f\x98\x80"} {
 		for pad := decodeBuf - 24; pad <= decodeBuf+8; pad++ {
 			strs = append(strs, `\u00e9`+strings.Repeat("a", pad)+tail+tail+" "+tail)
@@ -1068,15 +1077,24 @@ func FuzzDecodedMatchesEscaped(f *testing.F) {
 
 func checkDecoded(t *testing.T, b []byte) {
 	t.Helper()
-	quoted := append(append([]byte{'"'}, b...), '"')
-	endD, featD := decodedCounts(quoted, true)
+	// bytes after the string, as in a body, for the AVX2 decoding of
+	// escapes, which wants 28 bytes ahead
+	quoted := append(append(append([]byte{'"'}, b...), '"'), `, "more": "of the body"}`...)
 	endS, featS := decodedCounts(quoted, false)
-	if endD != endS || endS >= 0 && featD != featS {
-		for i := range featD {
-			if featD[i] != featS[i] {
-				t.Errorf("%s: decoded %d, in place %d", FeatureName(i), featD[i], featS[i])
-			}
+	for _, kernels := range []bool{true, false} {
+		if kernels && !simd.Available {
+			continue
 		}
-		t.Fatalf("%q: decoded ends at %d, in place at %d", quoted, endD, endS)
+		prev := simd.Force(kernels)
+		endD, featD := decodedCounts(quoted, true)
+		simd.Force(prev)
+		if endD != endS || endS >= 0 && featD != featS {
+			for i := range featD {
+				if featD[i] != featS[i] {
+					t.Errorf("%s: decoded %d, in place %d", FeatureName(i), featD[i], featS[i])
+				}
+			}
+			t.Fatalf("%q (kernels %v): decoded ends at %d, in place at %d", quoted, kernels, endD, endS)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // scan feeds s[i:] through the pre-tokenizer replay. In a JSON string body
@@ -154,13 +155,13 @@ const decodeBuf = 512
 // instructions per character of \u-escaped Chinese, ~65 unescaped).
 // decoded decodes the rest of the string instead, into a buffer on the
 // stack, and scans it a buffer at a time as plain text, which the block
-// reader reads (\u-escaped Chinese ~160 instructions per character): the
+// reader reads (\u-escaped Chinese ~135 instructions per character): the
 // counts are those of the string's text either way
-// (TestDecodedMatchesEscaped, FuzzDecodedMatchesEscaped). Escapes of
-// three-byte characters are decoded in a loop of their own, and plain ASCII
-// is copied eight bytes at a time, so that a string of ASCII with escaped
-// quotes (a \u-escaped JSON prompt) costs what scan's reading in place
-// does. A buffer is scanned only where no character is split: before an
+// (TestDecodedMatchesEscaped, FuzzDecodedMatchesEscaped). A run of escapes
+// of three-byte characters is decoded in a loop of its own (with AVX2, four
+// at a time by simd.Escapes3), and plain ASCII is copied eight bytes at a
+// time, so that a string of ASCII with escaped quotes (a \u-escaped JSON
+// prompt) costs what scan's reading in place does. A buffer is scanned only where no character is split: before an
 // escape or a raw byte that is not a continuation byte, or before one that
 // no lead byte less than four bytes back can own (pending counts down from
 // a raw lead byte's three possible continuation bytes).
@@ -179,29 +180,36 @@ func (c *Counter) decoded(s []byte, i int) int {
 				n, i, pending = n+1, i+2, 0
 				continue
 			}
-			// \uXXXX escapes of characters of three bytes, the
-			// bulk of such strings, one after another (two-byte ones,
-			// the others and malformed escapes below)
-			for len(s)-i >= 6 && n <= decodeBuf-8 {
-				e := s[i : i+6 : i+6]
-				v, ok := jsonraw.Hex4(e[2:])
-				u := uint32(v)
-				if e[0] != '\\' || e[1] != 'u' || !ok || u < 0x800 || u-0xD800 < 0x800 {
-					break // not a three-byte character, or a surrogate
-				}
-				binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
-				n, i, pending = n+3, i+6, 0
-			}
-			if i >= len(s) {
-				break
-			}
-			if b = s[i]; n >= decodeBuf-8 || b != '\\' {
-				continue
-			}
+			// \uXXXX escapes of characters of two bytes, and runs of
+			// those of three, the bulk of such strings (the others
+			// and malformed escapes below; n < decodeBuf-8 here, the
+			// buffer having been scanned above)
 			if len(s)-i >= 6 && s[i+1] == 'u' {
-				if v, ok := jsonraw.Hex4(s[i+2:]); ok && v >= 0x80 && v < 0x800 {
-					buf[n], buf[n+1] = 0xC0|byte(v>>6), 0x80|byte(v)&0x3F
+				v, ok := jsonraw.Hex4(s[i+2:])
+				u := uint32(v)
+				if ok && u-0x80 < 0x800-0x80 {
+					buf[n], buf[n+1] = 0xC0|byte(u>>6), 0x80|byte(u)&0x3F
 					n, i, pending = n+2, i+6, 0
+					continue
+				}
+				if ok && u >= 0x800 && u-0xD800 >= 0x800 {
+					binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
+					n, i, pending = n+3, i+6, 0
+					if simd.Available {
+						// the rest of the run four at a time
+						r, w := simd.Escapes3(&s[i], len(s)-i, &buf[n], decodeBuf-n)
+						i, n = i+r, n+w
+					}
+					for len(s)-i >= 6 && n <= decodeBuf-8 {
+						e := s[i : i+6 : i+6]
+						v, ok := jsonraw.Hex4(e[2:])
+						u := uint32(v)
+						if e[0] != '\\' || e[1] != 'u' || !ok || u < 0x800 || u-0xD800 < 0x800 {
+							break // not a three-byte character, or a surrogate
+						}
+						binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
+						n, i = n+3, i+6
+					}
 					continue
 				}
 			}
