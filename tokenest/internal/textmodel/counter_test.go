@@ -1077,24 +1077,27 @@ func FuzzDecodedMatchesEscaped(f *testing.F) {
 
 func checkDecoded(t *testing.T, b []byte) {
 	t.Helper()
-	// bytes after the string, as in a body, for the AVX2 decoding of
-	// escapes, which wants 28 bytes ahead
-	quoted := append(append(append([]byte{'"'}, b...), '"'), `, "more": "of the body"}`...)
-	endS, featS := decodedCounts(quoted, false)
-	for _, kernels := range []bool{true, false} {
-		if kernels && !simd.Available {
-			continue
-		}
-		prev := simd.Force(kernels)
-		endD, featD := decodedCounts(quoted, true)
-		simd.Force(prev)
-		if endD != endS || endS >= 0 && featD != featS {
-			for i := range featD {
-				if featD[i] != featS[i] {
-					t.Errorf("%s: decoded %d, in place %d", FeatureName(i), featD[i], featS[i])
-				}
+	// the string at the end of the body, unterminated or not, and with
+	// more of the body after it (the AVX2 decoding of escapes wants 28
+	// bytes ahead)
+	for _, after := range []string{"", `"`, `", "more": "of the body"}`} {
+		quoted := append(append([]byte{'"'}, b...), after...)
+		endS, featS := decodedCounts(quoted, false)
+		for _, kernels := range []bool{true, false} {
+			if kernels && !simd.Available {
+				continue
 			}
-			t.Fatalf("%q (kernels %v): decoded ends at %d, in place at %d", quoted, kernels, endD, endS)
+			prev := simd.Force(kernels)
+			endD, featD := decodedCounts(quoted, true)
+			simd.Force(prev)
+			if endD != endS || endS >= 0 && featD != featS {
+				for i := range featD {
+					if featD[i] != featS[i] {
+						t.Errorf("%s: decoded %d, in place %d", FeatureName(i), featD[i], featS[i])
+					}
+				}
+				t.Fatalf("%q (kernels %v): decoded ends at %d, in place at %d", quoted, kernels, endD, endS)
+			}
 		}
 	}
 }

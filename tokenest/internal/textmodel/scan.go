@@ -195,8 +195,9 @@ func (c *Counter) decoded(s []byte, i int) int {
 				if ok && u >= 0x800 && u-0xD800 >= 0x800 {
 					binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
 					n, i, pending = n+3, i+6, 0
-					if simd.Available {
-						// the rest of the run four at a time
+					if simd.Available && len(s)-i >= 28 {
+						// the rest of the run four at a time (the
+						// kernel reads 28 bytes a round)
 						r, w := simd.Escapes3(&s[i], len(s)-i, &buf[n], decodeBuf-n)
 						i, n = i+r, n+w
 					}
