@@ -658,6 +658,12 @@ ESC3(esc3surr<>, $0x0000D8000000D800, $0x0000D8000000D800)
 ESC3(esc3mid<>, $0x00003F0000003F00, $0x00003F0000003F00)
 ESC3(esc3low<>, $0x003F0000003F0000, $0x003F0000003F0000)
 ESC3(esc3marks<>, $0x008080E0008080E0, $0x008080E0008080E0)  // 1110xxxx 10xxxxxx 10xxxxxx
+// esc3places: the places before a wrong byte at bit k of esc3Part's mask
+DATA esc3places<>+0(SB)/8, $0x0101000000000000
+DATA esc3places<>+8(SB)/8, $0x0101010101010101
+DATA esc3places<>+16(SB)/8, $0x0303020202020202
+DATA esc3places<>+24(SB)/8, $0x0303030303030303
+GLOBL esc3places<>(SB), (NOPTR+RODATA), $32
 
 // ESC3STORE encodes the round's four values (dwords 0 and 1 of each lane
 // of Y1) as 1110xxxx 10xxxxxx 10xxxxxx, three bytes a dword, packs them and
@@ -754,34 +760,21 @@ esc3Round:
 	JMP  esc3Round
 
 esc3Part:
-	// the places before the first that is wrong, in the order
-	// lane 0 (bytes 0-5, 6-11), lane 1 (bytes 16-21, 22-27)
-	XORQ R11, R11
-	MOVL R8, R9
-	ANDL $0x3F, R9
-	CMPL R9, $0x3F
-	JNE  esc3Last
-	TESTL $0xF, R10
-	JNE  esc3Last
-	INCQ R11
-	MOVL R8, R9
-	ANDL $0xFC0, R9
-	CMPL R9, $0xFC0
-	JNE  esc3Last
-	TESTL $0xF0, R10
-	JNE  esc3Last
-	INCQ R11
-	MOVL R8, R9
-	ANDL $0x3F0000, R9
-	CMPL R9, $0x3F0000
-	JNE  esc3Last
-	TESTL $0xF0000, R10
-	JNE  esc3Last
-	INCQ R11
-
-esc3Last:
-	TESTQ R11, R11
-	JEQ   esc3Done
+	// the places before the first that is wrong, without a branch: the
+	// wrong bytes of R8 and R10 in one mask, places at bits 0-5, 6-11
+	// (lane 0), 16-21, 22-27 (lane 1; R10's bits of places 1 and 3
+	// moved up by 2 into theirs), its lowest set bit's place by table
+	NOTL R8
+	ANDL $0x0FFF0FFF, R8
+	MOVL R10, R9
+	ANDL $0x000F000F, R9
+	ORL  R9, R8
+	ANDL $0x00F000F0, R10
+	SHLL $2, R10
+	ORL  R10, R8
+	BSFL R8, R8 // R8 != 0: some place is wrong
+	LEAQ esc3places<>(SB), R9
+	MOVBQZX (R9)(R8*1), R11
 	ESC3STORE
 	LEAQ (R11)(R11*2), R11
 	ADDQ R11, BX // 3 bytes each
