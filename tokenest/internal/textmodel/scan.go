@@ -161,10 +161,11 @@ const decodeBuf = 512
 // of three-byte characters is decoded in a loop of its own (with AVX2, four
 // at a time by simd.Escapes3), and plain ASCII is copied eight bytes at a
 // time, so that a string of ASCII with escaped quotes (a \u-escaped JSON
-// prompt) costs what scan's reading in place does. A buffer is scanned only where no character is split: before an
-// escape or a raw byte that is not a continuation byte, or before one that
-// no lead byte less than four bytes back can own (pending counts down from
-// a raw lead byte's three possible continuation bytes).
+// prompt) costs what scan's reading in place does. A buffer is scanned only
+// where no character is split: before an escape or a raw byte that is not a
+// continuation byte, or before one that no lead byte less than four bytes
+// back can own (pending counts down from a raw lead byte's three possible
+// continuation bytes).
 func (c *Counter) decoded(s []byte, i int) int {
 	var buf [decodeBuf]byte
 	n, pending := 0, 0 // bytes in buf
@@ -193,7 +194,7 @@ func (c *Counter) decoded(s []byte, i int) int {
 					continue
 				}
 				if ok && u >= 0x800 && u-0xD800 >= 0x800 {
-					binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
+					binary.LittleEndian.PutUint32(buf[n:], utf8Three(u))
 					n, i, pending = n+3, i+6, 0
 					if simd.Available && len(s)-i >= 28 {
 						// the rest of the run four at a time (the
@@ -208,7 +209,7 @@ func (c *Counter) decoded(s []byte, i int) int {
 						if e[0] != '\\' || e[1] != 'u' || !ok || u < 0x800 || u-0xD800 < 0x800 {
 							break // not a three-byte character, or a surrogate
 						}
-						binary.LittleEndian.PutUint32(buf[n:], 0xE0|u>>12|(0x80|u>>6&0x3F)<<8|(0x80|u&0x3F)<<16)
+						binary.LittleEndian.PutUint32(buf[n:], utf8Three(u))
 						n, i = n+3, i+6
 					}
 					continue
@@ -264,6 +265,13 @@ func (c *Counter) decoded(s []byte, i int) int {
 		}
 	}
 	return -1
+}
+
+// utf8Three is the UTF-8 encoding of u, a character of three bytes
+// (U+0800 to U+FFFF but the surrogates), in the low three bytes, first
+// byte lowest.
+func utf8Three(u uint32) uint32 {
+	return 0xE0 | u>>12 | (0x80|u>>6&0x3F)<<8 | (0x80|u&0x3F)<<16
 }
 
 // sameScriptRun continues a segment of a script other than Latin with the
