@@ -42,7 +42,8 @@ const (
 )
 
 // Counter accumulates feature counts over one or more texts. The zero value
-// is ready to use; a Counter is about a kilobyte (1 040 bytes) and lives on the stack.
+// is ready to use; a Counter is about a kilobyte (1 040 bytes) and lives on
+// the stack.
 type Counter struct {
 	// counts of all texts since the Counter was made (see End)
 	feat [NumFeatures]uint32
@@ -161,11 +162,11 @@ func (c *Counter) PartRune(r rune) {
 // dot products are sums of integers (milliWeights), exact and without a
 // chain of floating-point additions. The counts are never reset: they go
 // on over all texts, and Estimate takes one dot product of them with the
-// weights (rest), the English ones for the Latin features. What depends on the text is the (1−e) term, and e is 1
-// exactly for a text without function words of other languages (English,
-// code, JSON, names, CJK text): End then only notes where the next text's
-// counts start (base), and a chat body's hundred short texts pay for
-// nothing else. For the others it takes the dot product of the text's own
+// weights (rest), the English ones for the Latin features. What depends on
+// the text is the (1−e) term, and e is 1 exactly for a text without
+// function words of other languages (English, code, JSON, names, CJK
+// text): End then only notes where the next text's counts start (base), and
+// a chat body's hundred short texts pay for nothing else. For the others it takes the dot product of the text's own
 // Latin counts (the counts less base) with the differences of the
 // weights, skipping with one branch each the groups of counts that most
 // texts leave at zero (Latin words with capitals).
