@@ -900,14 +900,15 @@ func (c *classes) raw(k int) int {
 }
 
 // blocks reads s[i:] block by block, the replay being idle (scan has
-// checked that the text is modelled there), and returns the offset where
-// it stopped and the offset before which trying again is pointless. It stops where a block has no cut before its first byte that
-// the bitmaps do not model (returning that byte's offset), where fewer
-// than minBlock bytes are left, or at the closing quote of a JSON string
-// when the last block read the text to its end. A block may also end between two letters
-// of a per-character script (Han, kana, Hangul, Thai, Brahmic), whose runs are counted
-// by characters and ends, not by length: the run then goes on into the
-// next block, or into step if blocks stop there (see resume).
+// checked that the text is modelled there), and returns the offset where it
+// stopped and the offset before which trying again is pointless. It stops
+// where a block has no cut before its first byte that the bitmaps do not
+// model (returning that byte's offset), where fewer than minBlock bytes are
+// left, or at the closing quote of a JSON string when the last block read
+// the text to its end. A block may also end between two letters of a
+// per-character script (Han, kana, Hangul, Thai, Brahmic), whose runs are
+// counted by characters and ends, not by length: the run then goes on into
+// the next block, or into step if blocks stop there (see resume).
 func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 	var (
 		cl    classes

@@ -158,18 +158,19 @@ func (c *Counter) PartRune(r rune) {
 // features weighted by the text's Englishness e, e·English + (1−e)·other,
 // which is English + (1−e)·(other − English).
 //
-// The weights are whole thousandths (tokcalib rounds them so), so the
-// dot products are sums of integers (milliWeights), exact and without a
-// chain of floating-point additions. The counts are never reset: they go
-// on over all texts, and Estimate takes one dot product of them with the
-// weights (rest), the English ones for the Latin features. What depends on
-// the text is the (1−e) term, and e is 1 exactly for a text without
-// function words of other languages (English, code, JSON, names, CJK
-// text): End then only notes where the next text's counts start (base), and
-// a chat body's hundred short texts pay for nothing else. For the others it takes the dot product of the text's own
-// Latin counts (the counts less base) with the differences of the
-// weights, skipping with one branch each the groups of counts that most
-// texts leave at zero (Latin words with capitals).
+// The weights are whole thousandths (tokcalib rounds them so), so the dot
+// products are sums of integers (milliWeights), exact and without a chain
+// of floating-point additions. The counts are never reset: they go on over
+// all texts, and Estimate takes one dot product of them with the weights
+// (rest), the English ones for the Latin features. What depends on the text
+// is the (1−e) term, and e is 1 exactly for a text without function words
+// of other languages (English, code, JSON, names, CJK text): End then only
+// notes where the next text's counts start (base, a copy of the Latin
+// counts), and such a text pays for nothing else. For the others it takes
+// the dot product of the text's own Latin counts (the counts less base)
+// with the differences of the weights, skipping with one branch each the
+// groups of counts that most texts leave at zero (Latin words with
+// capitals).
 func (c *Counter) End(pos int) {
 	c.flush(pos)
 	feat := (*[NumLatin]uint32)(c.feat[:NumLatin])
