@@ -47,6 +47,14 @@ func hasFastPEXT() bool {
 //go:noescape
 func Compress(p *uint64, n int, keep uint64)
 
+// Deposit returns the low bits of x placed, in order, at the bits that
+// mask sets, with zeros elsewhere (PDEP; see AvailablePEXT): the inverse
+// of Compress's packing, taking a bit's place among the kept bits back to
+// its place among all.
+//
+//go:noescape
+func Deposit(x, mask uint64) uint64
+
 // Escapes3 decodes JSON \u escapes of characters of three UTF-8 bytes
 // (U+0800 to U+FFFF but the surrogates: the bulk of a string sent with
 // every non-ASCII character escaped) from the n bytes at src into their

@@ -632,6 +632,14 @@ compressTail:
 compressDone:
 	RET
 
+// func Deposit(x, mask uint64) uint64
+TEXT ·Deposit(SB), NOSPLIT, $0-24
+	MOVQ  x+0(FP), AX
+	MOVQ  mask+8(FP), BX
+	PDEPQ BX, AX, AX
+	MOVQ  AX, ret+16(FP)
+	RET
+
 // ESC3 defines a 32-byte constant: the 16 bytes lo, hi in both lanes.
 #define ESC3(name, lo, hi) \
 	DATA name+0(SB)/8, lo \

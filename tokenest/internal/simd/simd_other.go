@@ -17,6 +17,9 @@ const AvailablePEXT = false
 // Compress is not available here (see AvailablePEXT).
 func Compress(p *uint64, n int, keep uint64) { panic("simd: no kernels") }
 
+// Deposit is not available here (see AvailablePEXT).
+func Deposit(x, mask uint64) uint64 { panic("simd: no kernels") }
+
 // Escapes3 is not available here (see Available).
 func Escapes3(src *byte, n int, dst *byte, room int) (read, written int) {
 	panic("simd: no kernels")

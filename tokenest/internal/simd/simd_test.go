@@ -306,6 +306,35 @@ func TestCompress(t *testing.T) {
 	}
 }
 
+// TestDeposit checks Deposit against its definition, bit by bit, and
+// that it undoes Compress's packing of the kept bits.
+func TestDeposit(t *testing.T) {
+	if !AvailablePEXT {
+		t.Skip("no fast PEXT on this machine or build")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 10000 {
+		x, mask := rng.Uint64(), rng.Uint64()|rng.Uint64()
+		if rng.IntN(4) == 0 {
+			mask = ^uint64(0) << rng.IntN(64)
+		}
+		var want uint64
+		k := 0
+		for i := range 64 {
+			if mask>>i&1 != 0 {
+				want |= (x >> k & 1) << i
+				k++
+			}
+		}
+		if got := Deposit(x, mask); got != want {
+			t.Fatalf("x %#x mask %#x: %#x, want %#x", x, mask, got, want)
+		}
+		if got := compressRef(Deposit(x, mask), mask); got != x&(1<<k-1) {
+			t.Fatalf("x %#x mask %#x: compress(deposit) %#x, want %#x", x, mask, got, x&(1<<k-1))
+		}
+	}
+}
+
 // escapes3Ref is the definition of Escapes3: rounds of four places while
 // src has 28 bytes and dst 22 left, up to the first place that is not a \u
 // escape of a character of three UTF-8 bytes.

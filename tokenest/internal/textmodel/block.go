@@ -100,6 +100,11 @@ type classes struct {
 	punct  uint64 // every other character (cOther)
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
 
+	// keep marks the raw bytes that compress kept, when it compacted the
+	// bitmaps (a character's place among them is its place in the
+	// bitmaps), and is 0 when unescape's loop did (see functionWords)
+	keep uint64
+
 	m simd.Masks // the AVX-512 kernel's output (classifyMasks), kept here so that no call zeroes it
 
 	// planes tells classify, where the AVX-512 kernel is available, to
@@ -730,6 +735,7 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 			return c.compress(heads, wheads, stop)
 		}
 	}
+	c.keep = 0
 	if wide == 0 {
 		for h := heads; h != 0; {
 			q := 63 - bits.LeadingZeros64(h)
@@ -807,6 +813,7 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 // characters before the stop, the raw byte stop.
 func (c *classes) compress(heads, wheads uint64, stop int) int {
 	keep := ^(heads | wheads*0x1F) // wheads are six bytes apart or more: no carries
+	c.keep = keep
 	n := compactASCII
 	if c.cont != 0 {
 		n = compactMulti
@@ -1047,11 +1054,19 @@ func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
 		c.whiteSpace(cl, in)
 	}
 	// Digit runs: ⌈n/3⌉ groups each, the group starts found three
-	// digits at a time.
+	// digits at a time: those of runs of up to nine digits without a
+	// loop, whose trip count would follow the lengths of numbers (JSON
+	// has many), the rest in one.
 	digit := cl.digit
-	three := digit & (digit << 1) & (digit << 2)
-	for groups := digit &^ (digit << 1) & in; groups != 0; groups = groups << 3 & three {
-		c.feat[FDigitGroups] += pop(groups)
+	if groups := digit &^ (digit << 1) & in; groups != 0 {
+		three := digit & (digit << 1) & (digit << 2)
+		second := groups << 3 & three
+		third := second << 3 & three
+		n := pop(groups) + pop(second) + pop(third)
+		for more := third << 3 & three; more != 0; more = more << 3 & three {
+			n += pop(more)
+		}
+		c.feat[FDigitGroups] += n
 	}
 }
 
@@ -1111,7 +1126,7 @@ func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
 	f[FLatinLower+1] += pop(e2 &^ e3)
 	f[FLatinLower+2] += pop(e3 &^ e4)
 	f[FLatinLower+3] += pop(e4 &^ e5)
-	c.functionWords(b, starts, e2&^e5, e3, e4, cl.escaped, cl.wide)
+	c.functionWords(b, starts, e2&^e5, e3, e4, cl)
 	e6 := e5 & (run << 5)
 	e7 := e6 & (run << 6)
 	e8 := e7 & (run << 7)
@@ -1284,19 +1299,26 @@ func (c *Counter) scriptRuns(m, cont, in, prev, carried uint64, carries bool, ch
 // two characters before their ends, or three before the ends of
 // four-letter words (a start three before a shorter word's end is a
 // one-letter word's); in the raw bytes they are one byte further for each
-// escaped character before them, and four more for each that was a \u
-// escape (wide).
-func (c *Counter) functionWords(b []byte, starts, short, e3, e4, escaped, wide uint64) {
+// escaped character of cl before them, and four more for each that was a
+// \u escape (wide): where compress compacted the bitmaps, a deposit into
+// the raw bytes it kept puts them there at once (a loop over the escapes
+// has as many turns as the block has escapes, which in JSON text the
+// branch predictor cannot foresee).
+func (c *Counter) functionWords(b []byte, starts, short, e3, e4 uint64, cl *classes) {
 	b = b[:windowLen]
 	first := starts & (short>>1 | short>>2 | short&e4>>3)
-	if wide == 0 {
+	switch escaped, wide := cl.escaped, cl.wide; {
+	case escaped == 0:
+	case cl.keep != 0:
+		first = simd.Deposit(first, cl.keep)
+	case wide == 0:
 		for x := escaped; x != 0; {
 			j := 63 - bits.LeadingZeros64(x)
 			x &^= 1 << j
 			keep := uint64(2)<<j - 1
 			first = first&keep | first&^keep<<1
 		}
-	} else {
+	default:
 		for x := escaped; x != 0; { // \u escapes: four bytes more
 			j := 63 - bits.LeadingZeros64(x)
 			x &^= 1 << j
