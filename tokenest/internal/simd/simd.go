@@ -5,15 +5,17 @@
 // decoding of runs of \u escapes of three-byte characters (Escapes3); with
 // AVX-512 (F and BW), the block reader's byte classes straight from
 // compares into opmask registers (Classify), in place of the transpose
-// and the arithmetic on its planes. Each kernel has a pure-Go twin in the
-// package that uses it, which is what runs elsewhere (wasm, where the
-// filter runs, other architectures), on amd64 machines without AVX2, and
-// under the purego build tag; the tests check that all paths give
-// identical results.
+// and the arithmetic on its planes; with BMI2, the compaction of the
+// bitmaps by PEXT (Compress) and its inverse for one word (Deposit). Each
+// kernel has a pure-Go twin in the package that uses it, which is what
+// runs elsewhere (wasm, where the filter runs, other architectures), on
+// amd64 machines without AVX2, and under the purego build tag; the tests
+// check that all paths give identical results.
 //
-// Callers test Available (Available512 for Classify) before calling a
-// kernel: elsewhere the kernels are stubs that panic, and both are
-// constant false there, so the compiler drops the calls.
+// Callers test Available (Available512 for Classify, AvailablePEXT for
+// Compress and Deposit) before calling a kernel: elsewhere the kernels are
+// stubs that panic, and the three are constant false there, so the
+// compiler drops the calls.
 package simd
 
 // Masks are the byte classes of a 64-byte window that Classify sets: bit
