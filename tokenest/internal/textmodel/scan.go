@@ -193,7 +193,7 @@ func (c *Counter) decoded(s []byte, i int) int {
 					n, i, pending = n+2, i+6, 0
 					continue
 				}
-				if ok && u >= 0x800 && u-0xD800 >= 0x800 {
+				if ok && threeBytes(u) {
 					binary.LittleEndian.PutUint32(buf[n:], utf8Three(u))
 					n, i, pending = n+3, i+6, 0
 					if simd.Available && len(s)-i >= 28 {
@@ -206,7 +206,7 @@ func (c *Counter) decoded(s []byte, i int) int {
 						e := s[i : i+6 : i+6]
 						v, ok := jsonraw.Hex4(e[2:])
 						u := uint32(v)
-						if e[0] != '\\' || e[1] != 'u' || !ok || u < 0x800 || u-0xD800 < 0x800 {
+						if e[0] != '\\' || e[1] != 'u' || !ok || !threeBytes(u) {
 							break // not a three-byte character, or a surrogate
 						}
 						binary.LittleEndian.PutUint32(buf[n:], utf8Three(u))
@@ -266,6 +266,10 @@ func (c *Counter) decoded(s []byte, i int) int {
 	}
 	return -1
 }
+
+// threeBytes reports whether u, at most U+FFFF, is a character of three
+// UTF-8 bytes: U+0800 or above, and not a surrogate.
+func threeBytes(u uint32) bool { return u >= 0x800 && u-0xD800 >= 0x800 }
 
 // utf8Three is the UTF-8 encoding of u, a character of three bytes
 // (U+0800 to U+FFFF but the surrogates), in the low three bytes, first
