@@ -4,12 +4,16 @@ GO       ?= go
 BUILD    := build
 WASM     := $(BUILD)/pdroute.wasm
 FUZZTIME ?= 4s
+# The profile for Go's profile-guided optimisation (make pgo). A plain go build ./filter
+# applies it too (-pgo=auto: the main package's default.pgo); the wasm and native
+# builds here and the benchmarks of tokenest name it.
+PGO      := $(CURDIR)/filter/default.pgo
 # Native commands built into build/.
 CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cmd/envoyemu \
         ./e2e/mocks/cmd/mockengine ./e2e/cmd/pdroute-dev ./filter/cmd/pdroute-config \
         ./tokenest/cmd/tokest ./e2e/envoy/oci/cmd/wasm-oci
 
-.PHONY: all build wasm cmds test unit race fuzz lint bench demo dev e2e-envoy oci clean help
+.PHONY: all build wasm cmds test unit race fuzz lint bench pgo demo dev e2e-envoy oci clean help
 
 all: build
 
@@ -18,14 +22,14 @@ help: ## list the targets
 
 build: wasm cmds ## the wasm module (build/pdroute.wasm) and every native command
 
-wasm: ## build/pdroute.wasm with Go 1.24.11 (GOOS=wasip1 -buildmode=c-shared)
+wasm: ## build/pdroute.wasm with Go 1.24.11 (GOOS=wasip1 -buildmode=c-shared, filter/default.pgo)
 	@mkdir -p $(BUILD)
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./filter
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -pgo=$(PGO) -o $(WASM) ./filter
 	@ls -l $(WASM) | awk '{print "built", $$NF, $$5, "bytes"}'
 
 cmds:
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -o $(BUILD)/ $(CMDS)
+	$(GO) build -trimpath -pgo=$(PGO) -o $(BUILD)/ $(CMDS)
 
 lint: ## gofmt and go vet (native and wasm)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -35,8 +39,8 @@ lint: ## gofmt and go vet (native and wasm)
 
 test: lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command); says SKIPPED for real Envoy when there is none
 
-unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without its amd64 kernels, and with AVX2 ones only
-	$(GO) test -count=1 ./...
+unit: ## unit, dual native/wasm and e2e scenario tests (with the profile, as shipped); tokenest again without its amd64 kernels, and with AVX2 ones only (without it)
+	$(GO) test -count=1 -pgo=$(PGO) ./...
 	$(GO) test -count=1 -tags purego ./tokenest/...
 	$(GO) test -count=1 -tags noavx512 ./tokenest/...
 
@@ -48,6 +52,9 @@ fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 
 bench: build ## every benchmark area (~5 min; output in build/bench/); figures go to BENCHMARKS.md
 	./.ci/bench $(BENCH_AREAS)
+
+pgo: ## regenerate filter/default.pgo from CPU profiles of tokenest's benchmarks (~2 min)
+	./.ci/pgo
 
 demo: build ## start the stack on loopback, send three requests, print what happened
 	$(BUILD)/pdroute-dev -demo
