@@ -4,9 +4,9 @@
 // test run builds each plugin at most once.
 //
 // Every plugin is built with the filter's profile for profile-guided
-// optimisation, filter/default.pgo (see .ci/pgo), as the Makefile's go build
-// ./filter applies it by itself: the estimator in a test plugin is then
-// compiled as the shipped module's is. PDROUTE_WASM_PGO=off builds without it
+// optimisation, filter/default.pgo (see .ci/pgo), as the Makefile's wasm
+// build is: the estimator in a test plugin is then compiled as the shipped
+// module's is. PDROUTE_WASM_PGO=off builds without it
 // (to measure what it gains).
 //
 // The cache key hashes the Go version, go.mod and go.sum, the profile, and the
