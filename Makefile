@@ -4,14 +4,17 @@ GO       ?= go
 BUILD    := build
 WASM     := $(BUILD)/pdroute.wasm
 FUZZTIME ?= 4s
-# The profile for Go's profile-guided optimisation (make pgo). A plain go build ./filter
-# applies it too (-pgo=auto: the main package's default.pgo); the wasm and native
-# builds here and the benchmarks of tokenest name it.
+# The profile for Go's profile-guided optimisation (make pgo), a profile of the token
+# estimator. A plain go build ./filter applies it too (-pgo=auto: the main package's
+# default.pgo); here the wasm module, tokest (PGO_CMDS), one of make unit's tokenest
+# runs and the benchmarks of tokenest take it. The other commands do not run the
+# estimator and are built without it.
 PGO      := $(CURDIR)/filter/default.pgo
 # Native commands built into build/.
 CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cmd/envoyemu \
         ./e2e/mocks/cmd/mockengine ./e2e/cmd/pdroute-dev ./filter/cmd/pdroute-config \
-        ./tokenest/cmd/tokest ./e2e/envoy/oci/cmd/wasm-oci
+        ./e2e/envoy/oci/cmd/wasm-oci
+PGO_CMDS := ./tokenest/cmd/tokest
 
 .PHONY: all build wasm cmds test unit race fuzz lint bench pgo demo dev e2e-envoy oci clean help
 
@@ -29,7 +32,8 @@ wasm: ## build/pdroute.wasm with Go 1.24.11 (GOOS=wasip1 -buildmode=c-shared, fi
 
 cmds:
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -pgo=$(PGO) -o $(BUILD)/ $(CMDS)
+	$(GO) build -trimpath -o $(BUILD)/ $(CMDS)
+	$(GO) build -trimpath -pgo=$(PGO) -o $(BUILD)/ $(PGO_CMDS)
 
 lint: ## gofmt and go vet (native and wasm)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -39,10 +43,10 @@ lint: ## gofmt and go vet (native and wasm)
 
 test: lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command); says SKIPPED for real Envoy when there is none
 
-unit: ## unit, dual native/wasm and e2e scenario tests (with the profile, as shipped); tokenest again without its amd64 kernels, and with AVX2 ones only (without it)
-	$(GO) test -count=1 -pgo=$(PGO) ./...
+unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without its amd64 kernels, and with AVX2 ones only and the profile
+	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./tokenest/...
-	$(GO) test -count=1 -tags noavx512 ./tokenest/...
+	$(GO) test -count=1 -tags noavx512 -pgo=$(PGO) ./tokenest/...
 
 race: ## the native concurrent code under the race detector
 	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/envoyemu/...
