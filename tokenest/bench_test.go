@@ -70,6 +70,27 @@ func BenchmarkEstimateChat(b *testing.B) {
 	}
 }
 
+// BenchmarkEstimateTools measures both methods on a chat body as agents
+// send them, whose bytes are nearly all tool definitions (benchdata.Tools):
+// they are counted as the JSON a chat template prints for them.
+func BenchmarkEstimateTools(b *testing.B) {
+	body, err := benchdata.Tools("testdata/samples")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range []Method{Chars4, Default} {
+		b.Run(fmt.Sprintf("%s/29tools", m), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Estimate(body, "/v1/chat/completions", m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkEstimateEscaped measures both methods on the Chinese prompt of
 // 32k tokens sent with every non-ASCII character escaped (six bytes per
 // character instead of three), as Python clients send it by default.

@@ -63,8 +63,9 @@ func renderValues(t testing.TB) [][]byte {
 	return values
 }
 
-// TestRenderSplits checks that renderJSON, which scans RenderPython's
-// pieces a buffer at a time, counts what scanning them one by one counts.
+// TestRenderSplits checks that renderJSON, which scans the Renderer's
+// parts a buffer at a time, counts what scanning the whole rendering at
+// once counts, and so do parts of other lengths.
 func TestRenderSplits(t *testing.T) {
 	for _, v := range renderValues(t) {
 		checkRenderSplits(t, v)
@@ -84,12 +85,27 @@ func FuzzRenderSplits(f *testing.F) {
 
 func checkRenderSplits(t *testing.T, v []byte) {
 	t.Helper()
-	var buffered, pieces textmodel.Counter
+	var buffered, whole textmodel.Counter
 	renderJSON(&buffered, v)
-	jsonraw.RenderPython(v, pieces.Part, pieces.PartRune)
-	pieces.End(len(v))
-	if *buffered.Features() != *pieces.Features() || buffered.Estimate() != pieces.Estimate() ||
-		buffered.LastEnglishness() != pieces.LastEnglishness() {
-		t.Fatalf("%q: buffered %d %v, piece by piece %d %v", v, buffered.Estimate(), buffered.Features(), pieces.Estimate(), pieces.Features())
+	whole.Part(jsonraw.AppendPython(nil, v))
+	whole.End(len(v))
+	same := func(c *textmodel.Counter) bool {
+		return *c.Features() == *whole.Features() && c.Estimate() == whole.Estimate() &&
+			c.LastEnglishness() == whole.LastEnglishness()
+	}
+	if !same(&buffered) {
+		t.Fatalf("%q: buffered %d %v, whole %d %v", v, buffered.Estimate(), buffered.Features(), whole.Estimate(), whole.Features())
+	}
+	for _, size := range []int{jsonraw.MinFill, jsonraw.MinFill + 1, 45, 64, 100} {
+		var parts textmodel.Counter
+		buf := make([]byte, size)
+		r := jsonraw.NewRenderer(v)
+		for n := r.Fill(buf); n > 0; n = r.Fill(buf) {
+			parts.Part(buf[:n])
+		}
+		parts.End(len(v))
+		if !same(&parts) {
+			t.Fatalf("%q in parts of %d: %d %v, whole %d %v", v, size, parts.Estimate(), parts.Features(), whole.Estimate(), whole.Features())
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package tokenest
 
 import (
-	"unicode/utf8"
-
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 	"github.com/pdroute/pdroute/tokenest/internal/textmodel"
 )
@@ -583,56 +581,23 @@ func (t *tally) toolCall(k, v int) (int, error) {
 }
 
 // renderJSON scans a raw JSON value as the text a chat template prints for
-// it (see jsonraw.RenderPython). RenderPython's pieces, a few bytes each,
-// are gathered in a buffer and scanned a buffer at a time, by the block
-// reader. (Scanned one by one, through fast and step, tool definitions
-// cost ~150 instructions per byte.) A Counter counts a text the same
-// however it is split into parts, as long as no character is split
-// (TestRenderSplits checks the counts): the buffer is scanned only between
-// pieces, and RenderPython's pieces hold whole characters.
+// it (see jsonraw.Renderer), a buffer at a time, by the block reader.
+// (Scanned piece by piece, through fast and step, tool definitions cost
+// ~150 instructions per byte.) A Counter counts a text the same however it
+// is split into parts, as long as no character is split, and the
+// Renderer's parts split none (TestRenderSplits checks the counts).
 func renderJSON(c *textmodel.Counter, raw []byte) {
-	var r renderer
-	r.c = c
-	jsonraw.RenderPython(raw, r.emit, r.emitRune)
-	c.Part(r.buf[:r.n])
+	var buf [renderBuf]byte
+	r := jsonraw.NewRenderer(raw)
+	for n := r.Fill(buf[:]); n > 0; n = r.Fill(buf[:]) {
+		c.Part(buf[:n])
+	}
 	c.End(len(raw))
 }
 
 // renderBuf is the size of renderJSON's buffer: a few blocks of the block
 // reader (tool definitions run to a few hundred bytes each).
 const renderBuf = 512
-
-// renderer gathers RenderPython's pieces for a Counter (see renderJSON).
-// Its methods call the Counter directly, so that the buffer, on the stack,
-// does not escape to the heap through a function value.
-type renderer struct {
-	c   *textmodel.Counter
-	n   int // bytes in buf
-	buf [renderBuf]byte
-}
-
-// emit adds the piece p, scanning the buffer first if p does not fit, and
-// scanning p directly if it is longer than the buffer.
-func (r *renderer) emit(p []byte) {
-	if len(p) > len(r.buf)-r.n {
-		r.c.Part(r.buf[:r.n])
-		r.n = 0
-		if len(p) > len(r.buf) {
-			r.c.Part(p)
-			return
-		}
-	}
-	r.n += copy(r.buf[r.n:], p)
-}
-
-// emitRune adds the character x.
-func (r *renderer) emitRune(x rune) {
-	if r.n > len(r.buf)-utf8.UTFMax {
-		r.c.Part(r.buf[:r.n])
-		r.n = 0
-	}
-	r.n += utf8.EncodeRune(r.buf[r.n:], x)
-}
 
 // responses reads member k (responsesKeys) of a Responses body.
 func (t *tally) responses(m *members, k, v int) (int, error) {

@@ -42,6 +42,34 @@ func Chat(dir string, tokens int) ([]byte, error) {
 	return json.Marshal(map[string]any{"model": "m", "messages": messages, "tools": tools, "stream": true})
 }
 
+// Tools builds a /v1/chat/completions body as agents send them: one short
+// user message and every distinct tool definition of the chat samples, in
+// the order they first appear (29 of them, ~10.7 KB), so that the tools
+// are nearly all of it.
+func Tools(dir string) ([]byte, error) {
+	var tools []json.RawMessage
+	seen := map[string]bool{}
+	var n int
+	samples, err := load(dir, "chat")
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range samples {
+		for _, t := range s.Body.Tools {
+			if !seen[string(t)] {
+				seen[string(t)] = true
+				tools = append(tools, t)
+				n += len(t)
+			}
+		}
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("chat.jsonl: no sample has tools")
+	}
+	messages := []map[string]string{{"role": "user", "content": "What is the weather in Paris, and is my 3pm meeting still on?"}}
+	return json.Marshal(map[string]any{"model": "m", "messages": messages, "tools": tools, "stream": true})
+}
+
 type sample struct {
 	Text string `json:"text"`
 	Body struct {
@@ -53,24 +81,11 @@ type sample struct {
 // repeat calls add with the samples of a class in order, round after
 // round, until their cl100k counts reach tokens.
 func repeat(dir, class string, tokens int, add func(sample)) error {
-	data, err := os.ReadFile(filepath.Join(dir, class+".jsonl"))
+	samples, err := load(dir, class)
 	if err != nil {
 		return err
 	}
-	var samples []sample
-	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var s sample
-		if err := json.Unmarshal([]byte(line), &s); err != nil {
-			return fmt.Errorf("%s.jsonl line %d: %w", class, i+1, err)
-		}
-		samples = append(samples, s)
-	}
 	n := 0
-	for _, s := range samples {
-		if s.Cl100k <= 0 {
-			return fmt.Errorf("%s.jsonl: a sample without a cl100k count", class)
-		}
-	}
 	for n < tokens {
 		for _, s := range samples {
 			add(s)
@@ -80,6 +95,27 @@ func repeat(dir, class string, tokens int, add func(sample)) error {
 		}
 	}
 	return nil
+}
+
+// load reads the samples of a class (dir/<class>.jsonl), each with its
+// cl100k count.
+func load(dir, class string) ([]sample, error) {
+	data, err := os.ReadFile(filepath.Join(dir, class+".jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	var samples []sample
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var s sample
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			return nil, fmt.Errorf("%s.jsonl line %d: %w", class, i+1, err)
+		}
+		if s.Cl100k <= 0 {
+			return nil, fmt.Errorf("%s.jsonl: a sample without a cl100k count", class)
+		}
+		samples = append(samples, s)
+	}
+	return samples, nil
 }
 
 // ASCIIOnly rewrites a JSON body as Python's json.dumps writes it by

@@ -158,14 +158,12 @@ func contentText(raw json.RawMessage) (string, error) {
 // RenderJSON re-renders a JSON value as a chat template's tojson does
 // (Python's json.dumps with ensure_ascii=False: ", " and ": " separators,
 // no other white space, key order kept, strings escaped only where they
-// must be; see jsonraw.RenderPython). Chat templates render tool
+// must be; see jsonraw.Renderer). Chat templates render tool
 // definitions this way.
 func RenderJSON(raw []byte) string {
 	var c bytes.Buffer
 	if err := json.Compact(&c, raw); err != nil {
 		return string(raw)
 	}
-	var b strings.Builder
-	jsonraw.RenderPython(c.Bytes(), func(p []byte) { b.Write(p) }, func(r rune) { b.WriteRune(r) })
-	return b.String()
+	return string(jsonraw.AppendPython(nil, c.Bytes()))
 }

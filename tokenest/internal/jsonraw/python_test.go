@@ -5,13 +5,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
-func renderPython(raw string) string {
-	var b strings.Builder
-	RenderPython([]byte(raw), func(p []byte) { b.Write(p) }, func(r rune) { b.WriteRune(r) })
-	return b.String()
-}
+func renderPython(raw string) string { return string(AppendPython(nil, []byte(raw))) }
 
 // TestRenderPython checks the rendering against what Python's
 // json.dumps(json.loads(raw), ensure_ascii=False) prints.
@@ -66,4 +63,73 @@ func FuzzRenderPython(f *testing.F) {
 			t.Fatalf("RenderPython is not idempotent on %q: %q then %q", b, renderPython(string(b)), again)
 		}
 	})
+}
+
+// TestRendererParts checks that Fill's parts, whatever the buffer's
+// length, add up to the rendering and split no character: decoded part by
+// part, they give the characters (and the stray bytes) the whole rendering
+// gives.
+func TestRendererParts(t *testing.T) {
+	pad := strings.Repeat("a", 40)
+	for _, raw := range []string{
+		`{"a":1,"b":[true,null,-2.5e3]}`,
+		`{"k": "` + pad + `\u00e9\u4e2d\ud83d\ude00 x", "l": "é中😀` + pad + `é中😀"}`,
+		`["` + pad + `", "\u00e9", 1, "` + "\xe4\xb8" + `\u00ad` + "\xad" + `", "\/\n\u0001"]`,
+		"[\"" + strings.Repeat("\xe4\xb8\xad\x80\x80\x80\x80\xf0\x9f\x98", 20) + "\"]",
+		`"` + strings.Repeat(`ß\"\\ \u0041`, 30) + `"`,
+	} {
+		if !Valid([]byte(raw)) {
+			t.Fatalf("%q is not valid JSON", raw)
+		}
+		checkRendererParts(t, []byte(raw))
+	}
+}
+
+func FuzzRendererParts(f *testing.F) {
+	f.Add([]byte(`{"k": "` + strings.Repeat("é中😀 ", 20) + `\u00e9"}`))
+	f.Add([]byte("[\"\xe4\xb8\xad\x80\x80\x80\x80\xf0\x9f\x98\", 1]"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !Valid(raw) {
+			AppendPython(nil, raw) // meaningless, but neither a panic nor a loop
+			return
+		}
+		checkRendererParts(t, raw)
+	})
+}
+
+func checkRendererParts(t *testing.T, raw []byte) {
+	t.Helper()
+	whole := AppendPython(nil, raw)
+	want := decodeAll(whole)
+	for size := MinFill; size <= 80; size++ {
+		var got []rune
+		var all []byte
+		buf := make([]byte, size)
+		r := NewRenderer(raw)
+		for n := r.Fill(buf); n > 0; n = r.Fill(buf) {
+			got = append(got, decodeAll(buf[:n])...)
+			all = append(all, buf[:n]...)
+		}
+		if string(all) != string(whole) {
+			t.Fatalf("%q in parts of %d: %q, want %q", raw, size, all, whole)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q in parts of %d splits a character", raw, size)
+		}
+	}
+}
+
+// decodeAll decodes b as UTF-8, a stray byte as -1 (not as U+FFFD, which
+// may also be there as a character).
+func decodeAll(b []byte) []rune {
+	var out []rune
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			r = -1
+		}
+		out = append(out, r)
+		b = b[n:]
+	}
+	return out
 }

@@ -10,3 +10,10 @@ func Word(b []byte, i int) uint64 {
 	_ = b[i+7]
 	return *(*uint64)(unsafe.Pointer(&b[i]))
 }
+
+// putWord stores x at b[:8], little-endian (wasm is), with one store as
+// Word loads with one load.
+func putWord(b []byte, x uint64) {
+	_ = b[7]
+	*(*uint64)(unsafe.Pointer(&b[0])) = x
+}
