@@ -50,6 +50,7 @@ unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without i
 
 race: ## the native concurrent code under the race detector
 	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/envoyemu/...
+	$(GO) test -count=1 -race -run Cache ./tokenest/
 
 fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 	@./.ci/fuzz-all $(FUZZTIME)

@@ -91,6 +91,24 @@ func BenchmarkEstimateTools(b *testing.B) {
 	}
 }
 
+// BenchmarkEstimateToolsCached measures Default on the agent body through
+// a Cache that holds its definitions (every call after the first), as the
+// filter reads an agent's requests after its first.
+func BenchmarkEstimateToolsCached(b *testing.B) {
+	body, err := benchdata.Tools("testdata/samples")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := NewCache(1 << 20)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Estimate(body, "/v1/chat/completions", Default); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkEstimateEscaped measures both methods on the Chinese prompt of
 // 32k tokens sent with every non-ASCII character escaped (six bytes per
 // character instead of three), as Python clients send it by default.

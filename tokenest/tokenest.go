@@ -191,6 +191,12 @@ func Supported(path string) bool {
 // key or an error is then read a second time, in the shape's order, to
 // settle which member wins and which error is reported.
 func Estimate(body []byte, path string, m Method) (Result, error) {
+	return estimate(body, path, m, nil)
+}
+
+// estimate is Estimate, with the counts of tool definitions that cache
+// holds (nil for none).
+func estimate(body []byte, path string, m Method, cache *Cache) (Result, error) {
 	if m > Chars4 {
 		return Result{}, fmt.Errorf("tokenest: invalid method %d", uint8(m))
 	}
@@ -198,10 +204,13 @@ func Estimate(body []byte, path string, m Method) (Result, error) {
 	if !ok {
 		return Result{}, ErrUnsupportedPath
 	}
-	t := tally{method: m}
+	if m != Default {
+		cache = nil
+	}
+	t := tally{method: m, cache: cache}
 	err := t.walk(body, sh)
 	if err != nil && err != ErrNotJSON {
-		t = tally{method: m, ordered: true}
+		t = tally{method: m, ordered: true, cache: cache}
 		err = t.walkOrdered(body, sh)
 	}
 	if err != nil {

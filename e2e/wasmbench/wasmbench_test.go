@@ -44,16 +44,51 @@ func chatBody(tb testing.TB, class string, tokens int) []byte {
 	return b
 }
 
+// toolsBody is a chat request as agents send them: one short user message
+// and every distinct tool definition of tokenest's chat samples (as
+// tokenest's BenchmarkEstimateTools body), whose bytes are nearly all of it.
+func toolsBody(tb testing.TB) []byte {
+	tb.Helper()
+	data, err := os.ReadFile("../../tokenest/testdata/samples/chat.jsonl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var tools []json.RawMessage
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var s struct {
+			Body struct{ Tools []json.RawMessage } `json:"body"`
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			tb.Fatal(err)
+		}
+		for _, t := range s.Body.Tools {
+			if !seen[string(t)] {
+				seen[string(t)] = true
+				tools = append(tools, t)
+			}
+		}
+	}
+	b, err := json.Marshal(map[string]any{"model": "m", "tools": tools,
+		"messages": []map[string]string{{"role": "user", "content": "What is the weather in Paris, and is my 3pm meeting still on?"}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
 // BenchmarkTokenestInWasm is tokenest.Estimate's throughput inside the wasm
 // VM. Each op is one request: its body is copied into the VM and estimated;
 // the "read" variant only copies, so estimate MB/s ≈ bytes / (ns(method) −
-// ns(read)). Reported MB/s include the copy.
+// ns(read)). Reported MB/s include the copy. "cached" is default through a
+// tokenest.Cache, as the filter estimates: it runs the agent body alone,
+// whose definitions it holds after the first request.
 func BenchmarkTokenestInWasm(b *testing.B) {
 	code, err := os.ReadFile(wasmbuild.ForTest(b, "./e2e/wasmbench/testdata/estimator"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, method := range []string{"read", "chars4", "default"} {
+	for _, method := range []string{"read", "chars4", "default", "cached"} {
 		d, err := envoyemu.NewDriver(code, envoyemu.DriverOptions{PluginConfig: []byte(method), LogLevel: envoyemu.LevelWarn})
 		if err != nil {
 			b.Fatal(err)
@@ -62,25 +97,34 @@ func BenchmarkTokenestInWasm(b *testing.B) {
 			b.Fatalf("%s: start failed: %s", method, d.Failed())
 		}
 		for _, class := range []string{"english", "chinese", "code"} {
+			if method == "cached" {
+				break // as default: no tool definitions
+			}
 			for _, size := range []struct {
 				name   string
 				tokens int
 			}{{"1k", 1 << 10}, {"8k", 8 << 10}, {"32k", 32 << 10}, {"128k", 128 << 10}} {
-				body := chatBody(b, class, size.tokens)
-				b.Run(method+"/"+class+"/"+size.name, func(b *testing.B) {
-					b.SetBytes(int64(len(body)))
-					for range b.N {
-						id := d.InitializeHttpContext()
-						d.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "x"}}, false)
-						d.CallOnRequestBody(id, body, true)
-						d.CompleteHttpContext(id)
-					}
-					if f := d.Failed(); f != "" {
-						b.Fatal(f)
-					}
-				})
+				run(b, d, method+"/"+class+"/"+size.name, chatBody(b, class, size.tokens))
 			}
 		}
+		run(b, d, method+"/29tools", toolsBody(b))
 		d.Close()
 	}
+}
+
+// run is one row of BenchmarkTokenestInWasm: body sent as a chat request
+// to the VM d, one request per op.
+func run(b *testing.B, d *envoyemu.Driver, name string, body []byte) {
+	b.Run(name, func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for range b.N {
+			id := d.InitializeHttpContext()
+			d.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "x"}}, false)
+			d.CallOnRequestBody(id, body, true)
+			d.CompleteHttpContext(id)
+		}
+		if f := d.Failed(); f != "" {
+			b.Fatal(f)
+		}
+	})
 }

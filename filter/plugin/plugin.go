@@ -55,6 +55,10 @@ type rootContext struct {
 	cfg *config.Config
 	// method is cfg.TokenMethod parsed once.
 	method tokenest.Method
+	// tools holds the default method's counts of the tool definitions
+	// this VM has read, for the requests that repeat them (agents send
+	// theirs with every request); at most toolCacheBytes.
+	tools *tokenest.Cache
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.
@@ -105,6 +109,13 @@ func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
 	return types.OnPluginStartStatusOK
 }
 
+// toolCacheBytes bounds each root's cache of tool definitions (their bytes
+// and ~100 bytes each besides): the 29 definitions of tokenest's agent
+// benchmark body take 12.8 KB. Wasm memory never shrinks, so the bound is
+// what a VM keeps at most; a definition that does not fit empties the
+// cache (see tokenest.Cache).
+const toolCacheBytes = 256 << 10
+
 // start builds everything a configuration needs. It runs in
 // proxy_on_configure, where host calls (shared data, metrics, random) are
 // allowed.
@@ -129,6 +140,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 		return err
 	}
 	r.cfg, r.method = cfg, method
+	r.tools = tokenest.NewCache(toolCacheBytes)
 	r.m = defineMetrics(cfg.Mode)
 	r.scrape = newScraper(cfg)
 	if cfg.Mode == config.ModeLMCache {

@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/pdroute/pdroute/e2e/filtertest"
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 // Every test runs twice: natively under the SDK's proxytest and as the
@@ -501,6 +502,35 @@ func TestPrefixedPathIsEstimated(t *testing.T) {
 		}
 		if p, _ := get(onlyCallout(t, h, id).Headers, ":path"); p != "/openai/v1/completions" {
 			t.Errorf("prefill path %q, want the client's", p)
+		}
+	})
+}
+
+// TestRepeatedToolsEstimateTheSame sends an agent's request three times:
+// the root's tool cache holds its definitions after the first, and every
+// estimate (x-pdroute-tokens) is tokenest.Estimate's.
+func TestRepeatedToolsEstimateTheSame(t *testing.T) {
+	cfg := strings.Replace(nixlConfig, `"threshold_tokens":100,`, `"threshold_tokens":100000,`, 1)
+	tool := func(name string) string {
+		return `{"type":"function","function":{"name":"` + name + `","description":"Looks up ` + name +
+			` for the user and returns it as JSON.","parameters":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}}}`
+	}
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[` +
+		tool("get_weather") + "," + tool("get_calendar") + "," + tool("get_weather") + `]}`
+	want, err := tokenest.Estimate([]byte(body), "/v1/chat/completions", tokenest.Default)
+	if err != nil || want.Breakdown.Tools == 0 {
+		t.Fatalf("Estimate: %+v, %v", want, err)
+	}
+	run(t, cfg, func(t *testing.T, h filtertest.Harness) {
+		for i := range 3 {
+			id, a := send(t, h, "/v1/chat/completions", body)
+			if a != types.ActionContinue {
+				t.Fatalf("request %d: body action %v, want Continue", i, a)
+			}
+			h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+			if v, _ := get(h.GetCurrentResponseHeaders(id), "x-pdroute-tokens"); v != strconv.Itoa(want.Tokens) {
+				t.Errorf("request %d: x-pdroute-tokens %q, want %d", i, v, want.Tokens)
+			}
 		}
 	})
 }

@@ -162,12 +162,13 @@ func (s *stream) bodyComplete(size int) types.Action {
 
 // decideBody is the routing decision for a complete handled body. The
 // estimate is also the body's one JSON validation (tokenest.Estimate's
-// guarantee): a 500 KB prompt is scanned once, not twice.
+// guarantee, which the root's Cache keeps): a 500 KB prompt is scanned
+// once, not twice.
 func (s *stream) decideBody(body []byte) types.Action {
 	cfg := s.cfg()
 	s.bodyLen = len(body)
 	s.tokens = -1
-	est, err := tokenest.Estimate(body, s.api.Path(), s.r.method)
+	est, err := s.r.tools.Estimate(body, s.api.Path(), s.r.method)
 	if errors.Is(err, tokenest.ErrNotJSON) {
 		s.fail(apierr.MalformedJSON, "request body is not a JSON object")
 		return types.ActionPause

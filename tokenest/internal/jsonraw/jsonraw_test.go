@@ -293,3 +293,27 @@ func TestEscapedBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestHasPrefix(t *testing.T) {
+	s := []byte("0123456789abcdefghij")
+	for n := range len(s) + 1 {
+		for _, p := range [][]byte{s[:n], append(bytes.Clone(s[:n]), 'x')} {
+			for _, in := range [][]byte{s, s[:n], nil} {
+				want := bytes.HasPrefix(in, p)
+				if got := HasPrefix(in, p); got != want {
+					t.Errorf("HasPrefix(%q, %q) = %v", in, p, got)
+				}
+				if got := hasPrefixWords(in, p); got != want {
+					t.Errorf("hasPrefixWords(%q, %q) = %v", in, p, got)
+				}
+			}
+		}
+		if n > 0 {
+			q := bytes.Clone(s[:n])
+			q[n-1] ^= 1
+			if HasPrefix(s, q) || hasPrefixWords(s, q) {
+				t.Errorf("HasPrefix(%q, %q) = true", s, q)
+			}
+		}
+	}
+}

@@ -17,3 +17,7 @@ func putWord(b []byte, x uint64) {
 	_ = b[7]
 	*(*uint64)(unsafe.Pointer(&b[0])) = x
 }
+
+// HasPrefix reports whether s begins with prefix (bytes.HasPrefix), eight
+// bytes at a time: Go's wasm runtime compares byte by byte.
+func HasPrefix(s, prefix []byte) bool { return hasPrefixWords(s, prefix) }

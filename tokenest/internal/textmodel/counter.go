@@ -112,7 +112,7 @@ func (c *Counter) LastEnglishness() float64 { return c.lastEnglish }
 // still in progress would count in part (the pieces it has finished, as
 // if it were English).
 func (c *Counter) Estimate() int {
-	if c.feat == [NumFeatures]uint32{} {
+	if c.feat == [NumFeatures]uint32{} && c.sum <= 0 {
 		return 0 // no piece at all (a request's tools Counter, often): no dot product
 	}
 	sum := c.sum + c.rest()*(nano/1000)
@@ -200,6 +200,20 @@ func (c *Counter) End(pos int) {
 	c.base = *feat
 	c.english, c.other = 0, 0
 }
+
+// Cost returns the cost of the texts the Counter has ended, in
+// billionths of a token: what Estimate rounds. End the last text first.
+func (c *Counter) Cost() int64 { return c.sum + c.rest()*(nano/1000) }
+
+// AddCost adds cost, another Counter's Cost, to c's, as if c had scanned
+// that Counter's texts after its own (their last Englishness aside): a
+// text's cost does not depend on the texts before it (End starts each
+// afresh) and the cost is linear in the counts, so a text counted once can
+// be added wherever it comes again at the price of one addition
+// (tokenest's Cache of tool definitions does so; TestAddCostMatchesScan
+// checks it). Features does not include the texts so added. c's texts must
+// be ended.
+func (c *Counter) AddCost(cost int64) { c.sum += cost }
 
 // rest returns the dot product, in thousandths of a token, of the counts
 // with the English weights of the Latin features and the weights of the

@@ -117,6 +117,48 @@ func TestTextsAddUp(t *testing.T) {
 	}
 }
 
+// TestAddCostMatchesScan checks that adding the Cost of a Counter of some
+// texts to another costs what scanning those texts after the other's does,
+// in any order of Englishness, and that a text scanned after that costs
+// the same too.
+func TestAddCostMatchesScan(t *testing.T) {
+	texts := []string{
+		"the cat and the dog went to the park with all of them",
+		"der Hund und die Katze sind mit dem Ball auf der Wiese",
+		"", "func main() { x := ParseHTTPHeader(y) }",
+		"le chat et the dog: un mélange de langues, and Some CamelCase Words",
+		"日本語のテキスト and the English", "Ελληνικά κείμενα και русский текст",
+	}
+	for i := range texts {
+		for j := range texts {
+			var scanned, added, part Counter
+			for _, text := range texts[:i] {
+				scanned.Text([]byte(text))
+				added.Text([]byte(text))
+			}
+			for _, text := range texts[j:] {
+				scanned.Text([]byte(text))
+				part.Text([]byte(text))
+			}
+			added.AddCost(part.Cost())
+			if added.Cost() != scanned.Cost() || added.Estimate() != scanned.Estimate() {
+				t.Errorf("texts[:%d] then texts[%d:]: added %d (%d), scanned %d (%d)", i, j, added.Estimate(), added.Cost(), scanned.Estimate(), scanned.Cost())
+			}
+			added.Text([]byte("and the one after, der Hund"))
+			scanned.Text([]byte("and the one after, der Hund"))
+			if added.Cost() != scanned.Cost() {
+				t.Errorf("texts[:%d] then texts[%d:], then a text: added %d, scanned %d", i, j, added.Cost(), scanned.Cost())
+			}
+		}
+	}
+	var only, part Counter
+	part.Text([]byte("the cat"))
+	only.AddCost(part.Cost())
+	if only.Estimate() != part.Estimate() || only.Estimate() == 0 {
+		t.Errorf("a Counter of added cost alone: %d, want %d", only.Estimate(), part.Estimate())
+	}
+}
+
 func TestJSONStringMatchesText(t *testing.T) {
 	var a, b Counter
 	a.Text([]byte("line one\n\t\"quoted\" é 😀"))

@@ -1,0 +1,135 @@
+package tokenest
+
+import (
+	"bytes"
+	"sync"
+	"unsafe"
+
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+	"github.com/pdroute/pdroute/tokenest/internal/textmodel"
+)
+
+// A Cache remembers what tool definitions cost by the Default method,
+// so that a body that repeats them costs a lookup instead of a count. Agent
+// clients send the same tool definitions with every request, often tens of
+// kilobytes of them, and they are the slowest bytes Default reads: each is
+// validated, printed as a chat template prints it and scanned
+// (BENCHMARKS.md, agent bodies).
+//
+// A definition is looked up by its first keyLen bytes and then compared
+// whole with the body at its place: a hit is a value whose bytes are those
+// of one that was validated and counted before (a complete JSON value ends
+// where its own bytes end, whatever follows), so it is valid where it
+// stands and costs the same (a definition's cost does not depend on what
+// comes before it; textmodel.Counter.AddCost). No walk over the body is needed
+// to find where a definition ends. Estimate through a Cache returns what
+// Estimate returns, for every body (TestCacheMatchesEstimate, FuzzCache). A
+// Cache holds at most its budget of bytes (the definitions' bytes and their
+// costs) and is emptied when a new definition would not fit. It is safe
+// for concurrent use.
+type Cache struct {
+	mu      sync.Mutex
+	entries map[uint64][]*cachedDef // by their first keyLen bytes (key)
+	held    int                     // bytes of definitions and costs
+	budget  int
+	hits    uint64
+	misses  uint64
+}
+
+// cachedDef is a definition the Cache holds: its bytes and its cost
+// (textmodel.Counter.Cost).
+type cachedDef struct {
+	raw  []byte
+	cost int64
+}
+
+// keyLen is the length of the prefix definitions are looked up by, folded
+// into an integer (key): tool definitions share their first 32 bytes,
+// `{"type":"function","function":{"`, and differ by name soon after. A
+// definition shorter than that is not kept. (An integer key spares the map
+// hashing 64 bytes, which wasm's runtime does without AES instructions.)
+const keyLen = 64
+
+// entryCost is what an entry holds besides the definition's bytes: the
+// cost, the key and the map's own share, roughly.
+const entryCost = int(unsafe.Sizeof(cachedDef{})) + 8 + 64
+
+// NewCache returns a Cache that holds at most budget bytes.
+func NewCache(budget int) *Cache {
+	return &Cache{entries: map[uint64][]*cachedDef{}, budget: budget}
+}
+
+// Estimate is the package's Estimate, with the Cache's costs of tool
+// definitions (used by the Default method only; a nil Cache estimates as
+// Estimate does). A definition the Cache does not hold yet costs an
+// allocation or two when it is kept; a body whose definitions it holds
+// costs none.
+func (c *Cache) Estimate(body []byte, path string, m Method) (Result, error) {
+	return estimate(body, path, m, c)
+}
+
+// Stats returns the lookups that found a definition and those that did
+// not, and the bytes held.
+func (c *Cache) Stats() (hits, misses uint64, held int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits, c.misses, c.held
+}
+
+// lookup adds the cost of the tool definition at b[v] to tools if the
+// Cache holds it, returning the offset after it.
+func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int) (end int, ok bool) {
+	if len(b)-v < keyLen {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range c.entries[key(b[v:])] {
+		if jsonraw.HasPrefix(b[v:], d.raw) {
+			c.hits++
+			tools.AddCost(d.cost)
+			return v + len(d.raw), true
+		}
+	}
+	c.misses++
+	return 0, false
+}
+
+// count counts the validated tool definition raw into tools, as renderJSON
+// does, and keeps its cost if it fits in the budget (emptying the Cache
+// first when they do not fit beside what it holds).
+func (c *Cache) count(tools *textmodel.Counter, raw []byte) {
+	var counts textmodel.Counter
+	renderJSON(&counts, raw)
+	d := &cachedDef{cost: counts.Cost()}
+	tools.AddCost(d.cost)
+	cost := len(raw) + entryCost
+	if len(raw) < keyLen || cost > c.budget {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := key(raw)
+	for _, e := range c.entries[k] {
+		if bytes.Equal(e.raw, raw) {
+			return // another goroutine's, or twice in one body
+		}
+	}
+	if c.held+cost > c.budget {
+		clear(c.entries)
+		c.held = 0
+	}
+	d.raw = bytes.Clone(raw)
+	c.entries[k] = append(c.entries[k], d)
+	c.held += cost
+}
+
+// key folds the first keyLen bytes of b into the Cache's map key;
+// definitions whose keys collide are told apart by their bytes.
+func key(b []byte) uint64 {
+	var k uint64
+	for i := 0; i < keyLen; i += 8 {
+		k = (k ^ jsonraw.Word(b, i)) * 0x9E3779B97F4A7C15
+	}
+	return k
+}
