@@ -23,18 +23,7 @@ func benchBody(tb testing.TB, class string, tokens int) []byte {
 func BenchmarkEstimate(b *testing.B) {
 	for _, class := range []string{"english", "chinese", "code"} {
 		for _, tokens := range []int{1 << 10, 8 << 10, 32 << 10, 128 << 10} {
-			body := benchBody(b, class, tokens)
-			for _, m := range []Method{Chars4, Default} {
-				b.Run(fmt.Sprintf("%s/%s/%dk", m, class, tokens>>10), func(b *testing.B) {
-					b.SetBytes(int64(len(body)))
-					b.ReportAllocs()
-					for b.Loop() {
-						if _, err := Estimate(body, "/v1/completions", m); err != nil {
-							b.Fatal(err)
-						}
-					}
-				})
-			}
+			runMethods(b, fmt.Sprintf("%s/%dk", class, tokens>>10), benchBody(b, class, tokens), "/v1/completions")
 		}
 	}
 }
@@ -55,18 +44,7 @@ func chatBody(tb testing.TB, tokens int) []byte {
 // 128k tokens, whose text is spread over many short strings.
 func BenchmarkEstimateChat(b *testing.B) {
 	for _, tokens := range []int{8 << 10, 128 << 10} {
-		body := chatBody(b, tokens)
-		for _, m := range []Method{Chars4, Default} {
-			b.Run(fmt.Sprintf("%s/%dk", m, tokens>>10), func(b *testing.B) {
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, err := Estimate(body, "/v1/chat/completions", m); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		runMethods(b, fmt.Sprintf("%dk", tokens>>10), chatBody(b, tokens), "/v1/chat/completions")
 	}
 }
 
@@ -78,17 +56,7 @@ func BenchmarkEstimateTools(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, m := range []Method{Chars4, Default} {
-		b.Run(fmt.Sprintf("%s/29tools", m), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := Estimate(body, "/v1/chat/completions", m); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	runMethods(b, "29tools", body, "/v1/chat/completions")
 }
 
 // BenchmarkEstimateToolsCached measures Default on the agent body through
@@ -113,18 +81,7 @@ func BenchmarkEstimateToolsCached(b *testing.B) {
 // 32k tokens sent with every non-ASCII character escaped (six bytes per
 // character instead of three), as Python clients send it by default.
 func BenchmarkEstimateEscaped(b *testing.B) {
-	body := benchdata.ASCIIOnly(benchBody(b, "chinese", 32<<10))
-	for _, m := range []Method{Chars4, Default} {
-		b.Run(fmt.Sprintf("%s/chinese/32k", m), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := Estimate(body, "/v1/completions", m); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	runMethods(b, "chinese/32k", benchdata.ASCIIOnly(benchBody(b, "chinese", 32<<10)), "/v1/completions")
 }
 
 // BenchmarkEstimateLanguages measures both methods on string prompts of 8k
@@ -132,17 +89,22 @@ func BenchmarkEstimateEscaped(b *testing.B) {
 // accuracy table, and the scripts it reports for information.
 func BenchmarkEstimateLanguages(b *testing.B) {
 	for _, class := range []string{"german", "russian", "japanese", "korean", "json", "greek", "arabic", "hebrew", "thai", "hindi"} {
-		body := benchBody(b, class, 8<<10)
-		for _, m := range []Method{Chars4, Default} {
-			b.Run(fmt.Sprintf("%s/%s/8k", m, class), func(b *testing.B) {
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, err := Estimate(body, "/v1/completions", m); err != nil {
-						b.Fatal(err)
-					}
+		runMethods(b, class+"/8k", benchBody(b, class, 8<<10), "/v1/completions")
+	}
+}
+
+// runMethods runs the sub-benchmarks "<method>/<name>" of both methods on
+// body sent to path: MB/s of body and allocations per call.
+func runMethods(b *testing.B, name string, body []byte, path string) {
+	for _, m := range []Method{Chars4, Default} {
+		b.Run(fmt.Sprintf("%s/%s", m, name), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Estimate(body, path, m); err != nil {
+					b.Fatal(err)
 				}
-			})
-		}
+			}
+		})
 	}
 }

@@ -76,20 +76,23 @@ func TestEnglishness(t *testing.T) {
 	}
 }
 
+// mixedTexts are texts of every Englishness: English, German, none,
+// code, French with English, and scripts without Latin words.
+var mixedTexts = []string{
+	"the cat and the dog went to the park with all of them",
+	"der Hund und die Katze sind mit dem Ball auf der Wiese",
+	"", "func main() { x := ParseHTTPHeader(y) }",
+	"le chat et the dog: un mélange de langues, and Some CamelCase Words",
+	"日本語のテキスト and the English", "Ελληνικά κείμενα και русский текст",
+}
+
 // TestTextsAddUp checks that a Counter's estimate over several texts is
 // the sum of each text's cost by the definition (End's doc comment): the
 // Latin counts weighted e·English + (1−e)·other with the text's own
 // Englishness e, the rest with their weights; End weighs the Latin counts
 // of texts with e < 1 only and leaves the rest to Estimate.
 func TestTextsAddUp(t *testing.T) {
-	texts := []string{
-		"the cat and the dog went to the park with all of them",
-		"der Hund und die Katze sind mit dem Ball auf der Wiese",
-		"", "func main() { x := ParseHTTPHeader(y) }",
-		"le chat et the dog: un mélange de langues, and Some CamelCase Words",
-		"日本語のテキスト and the English", "Ελληνικά κείμενα και русский текст",
-		"la", "UPPER CASE ET MINUSCULES POUR LE TEST",
-	}
+	texts := append(mixedTexts[:len(mixedTexts):len(mixedTexts)], "la", "UPPER CASE ET MINUSCULES POUR LE TEST")
 	var all Counter
 	var want float64 // thousandths of a token
 	for _, text := range texts {
@@ -122,13 +125,7 @@ func TestTextsAddUp(t *testing.T) {
 // in any order of Englishness, and that a text scanned after that costs
 // the same too.
 func TestAddCostMatchesScan(t *testing.T) {
-	texts := []string{
-		"the cat and the dog went to the park with all of them",
-		"der Hund und die Katze sind mit dem Ball auf der Wiese",
-		"", "func main() { x := ParseHTTPHeader(y) }",
-		"le chat et the dog: un mélange de langues, and Some CamelCase Words",
-		"日本語のテキスト and the English", "Ελληνικά κείμενα και русский текст",
-	}
+	texts := mixedTexts
 	for i := range texts {
 		for j := range texts {
 			var scanned, added, part Counter
