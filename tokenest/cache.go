@@ -21,8 +21,8 @@ import (
 // of one that was validated and counted before (a complete JSON value ends
 // where its own bytes end, whatever follows), so it is valid where it
 // stands and costs the same (a definition's cost does not depend on what
-// comes before it; textmodel.Counter.AddCost). No walk over the body is needed
-// to find where a definition ends. Estimate through a Cache returns what
+// comes before it; textmodel.Counter.AddCost). No walk over the body is
+// needed to find where a definition ends. Estimate through a Cache returns what
 // Estimate returns, for every body (TestCacheMatchesEstimate, FuzzCache). A
 // Cache holds at most its budget of bytes (the definitions' bytes and their
 // costs) and is emptied when a new definition would not fit. It is safe
@@ -77,7 +77,9 @@ func (c *Cache) Stats() (hits, misses uint64, held int) {
 }
 
 // lookup adds the cost of the tool definition at b[v] to tools if the
-// Cache holds it, returning the offset after it.
+// Cache holds it, returning the offset after it. Tool definitions always
+// stand at the same depth (elements of an array that is a member of the
+// top-level object), so a held one passed the nesting limit there too.
 func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int) (end int, ok bool) {
 	if len(b)-v < keyLen {
 		return 0, false
@@ -97,14 +99,14 @@ func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int) (end int, ok b
 
 // count counts the validated tool definition raw into tools, as renderJSON
 // does, and keeps its cost if it fits in the budget (emptying the Cache
-// first when they do not fit beside what it holds).
+// first when it does not fit beside what the Cache holds).
 func (c *Cache) count(tools *textmodel.Counter, raw []byte) {
 	var counts textmodel.Counter
 	renderJSON(&counts, raw)
-	d := &cachedDef{cost: counts.Cost()}
-	tools.AddCost(d.cost)
-	cost := len(raw) + entryCost
-	if len(raw) < keyLen || cost > c.budget {
+	cost := counts.Cost()
+	tools.AddCost(cost)
+	size := len(raw) + entryCost
+	if len(raw) < keyLen || size > c.budget {
 		return
 	}
 	c.mu.Lock()
@@ -115,13 +117,12 @@ func (c *Cache) count(tools *textmodel.Counter, raw []byte) {
 			return // another goroutine's, or twice in one body
 		}
 	}
-	if c.held+cost > c.budget {
+	if c.held+size > c.budget {
 		clear(c.entries)
 		c.held = 0
 	}
-	d.raw = bytes.Clone(raw)
-	c.entries[k] = append(c.entries[k], d)
-	c.held += cost
+	c.entries[k] = append(c.entries[k], &cachedDef{raw: bytes.Clone(raw), cost: cost})
+	c.held += size
 }
 
 // key folds the first keyLen bytes of b into the Cache's map key;
