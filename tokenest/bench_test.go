@@ -59,22 +59,15 @@ func BenchmarkEstimateTools(b *testing.B) {
 	runMethods(b, "29tools", body, "/v1/chat/completions")
 }
 
-// BenchmarkEstimateToolsCached measures Default on the agent body through
-// a Cache that holds its definitions (every call after the first), as the
-// filter reads an agent's requests after its first.
+// BenchmarkEstimateToolsCached measures both methods on the agent body
+// through a Cache that holds its definitions (every call after the first),
+// as the filter reads an agent's requests after its first.
 func BenchmarkEstimateToolsCached(b *testing.B) {
 	body, err := benchdata.Tools("testdata/samples")
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := NewCache(1 << 20)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Estimate(body, "/v1/chat/completions", Default); err != nil {
-			b.Fatal(err)
-		}
-	}
+	runCached(b, "29tools", body, "/v1/chat/completions", NewCache(1<<20))
 }
 
 // BenchmarkEstimateEscaped measures both methods on the Chinese prompt of
@@ -96,12 +89,17 @@ func BenchmarkEstimateLanguages(b *testing.B) {
 // runMethods runs the sub-benchmarks "<method>/<name>" of both methods on
 // body sent to path: MB/s of body and allocations per call.
 func runMethods(b *testing.B, name string, body []byte, path string) {
+	runCached(b, name, body, path, nil)
+}
+
+// runCached is runMethods through the Cache c (nil: Estimate itself).
+func runCached(b *testing.B, name string, body []byte, path string, c *Cache) {
 	for _, m := range []Method{Chars4, Default} {
 		b.Run(fmt.Sprintf("%s/%s", m, name), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Estimate(body, path, m); err != nil {
+				if _, err := c.Estimate(body, path, m); err != nil {
 					b.Fatal(err)
 				}
 			}

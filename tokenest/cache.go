@@ -9,24 +9,25 @@ import (
 	"github.com/pdroute/pdroute/tokenest/internal/textmodel"
 )
 
-// A Cache remembers what tool definitions cost by the Default method,
-// so that a body that repeats them costs a lookup instead of a count. Agent
-// clients send the same tool definitions with every request, often tens of
-// kilobytes of them, and they are the slowest bytes Default reads: each is
-// validated, printed as a chat template prints it and scanned
-// (BENCHMARKS.md, agent bodies).
+// A Cache remembers the tool definitions it has seen validated, and what
+// they cost by the Default method, so that a body that repeats them costs a
+// lookup instead of a validating pass (both methods) and a count (Default).
+// Agent clients send the same tool definitions with every request, often
+// tens of kilobytes of them, and they are the slowest bytes either method
+// reads: each is validated, and for Default printed as a chat template
+// prints it and scanned (BENCHMARKS.md, agent bodies).
 //
 // A definition is looked up by its first keyLen bytes and then compared
 // whole with the body at its place: a hit is a value whose bytes are those
-// of one that was validated and counted before (a complete JSON value ends
-// where its own bytes end, whatever follows), so it is valid where it
-// stands and costs the same (a definition's cost does not depend on what
+// of one that was validated before (a complete JSON value ends where its
+// own bytes end, whatever follows), so it is valid where it stands, and it
+// costs what it cost then (a definition's cost does not depend on what
 // comes before it; textmodel.Counter.AddCost). No walk over the body is
-// needed to find where a definition ends. Estimate through a Cache returns what
-// Estimate returns, for every body (TestCacheMatchesEstimate, FuzzCache). A
-// Cache holds at most its budget of bytes (the definitions' bytes and their
-// costs) and is emptied when a new definition would not fit. It is safe
-// for concurrent use.
+// needed to find where a definition ends. Estimate through a Cache returns
+// what Estimate returns, for every body and both methods
+// (TestCacheMatchesEstimate, FuzzCache). A Cache holds at most its budget
+// of bytes (the definitions' bytes and their costs) and is emptied when a
+// new definition would not fit. It is safe for concurrent use.
 type Cache struct {
 	mu      sync.Mutex
 	entries map[uint64][]*cachedDef // by their first keyLen bytes (key)
@@ -36,11 +37,12 @@ type Cache struct {
 	misses  uint64
 }
 
-// cachedDef is a definition the Cache holds: its bytes and its cost
-// (textmodel.Counter.Cost).
+// cachedDef is a definition the Cache holds: its bytes and, once Default
+// has counted it, its cost (textmodel.Counter.Cost).
 type cachedDef struct {
-	raw  []byte
-	cost int64
+	raw    []byte
+	cost   int64
+	costed bool
 }
 
 // keyLen is the length of the prefix definitions are looked up by, folded
@@ -59,11 +61,10 @@ func NewCache(budget int) *Cache {
 	return &Cache{entries: map[uint64][]*cachedDef{}, budget: budget}
 }
 
-// Estimate is the package's Estimate, with the Cache's costs of tool
-// definitions (used by the Default method only; a nil Cache estimates as
-// Estimate does). A definition the Cache does not hold yet costs an
-// allocation or two when it is kept; a body whose definitions it holds
-// costs none.
+// Estimate is the package's Estimate, with the tool definitions the Cache
+// holds (a nil Cache estimates as Estimate does). A definition the Cache
+// does not hold yet costs an allocation or two when it is kept; a body
+// whose definitions it holds costs none.
 func (c *Cache) Estimate(body []byte, path string, m Method) (Result, error) {
 	return estimate(body, path, m, c)
 }
@@ -76,20 +77,23 @@ func (c *Cache) Stats() (hits, misses uint64, held int) {
 	return c.hits, c.misses, c.held
 }
 
-// lookup adds the cost of the tool definition at b[v] to tools if the
-// Cache holds it, returning the offset after it. Tool definitions always
-// stand at the same depth (elements of an array that is a member of the
-// top-level object), so a held one passed the nesting limit there too.
-func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int) (end int, ok bool) {
+// lookup reports whether the Cache holds the tool definition at b[v] (with
+// its cost, when cost is set, which it then adds to tools), and returns the
+// offset after it. Tool definitions always stand at the same depth
+// (elements of an array that is a member of the top-level object), so a
+// held one passed the nesting limit there too.
+func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int, cost bool) (end int, ok bool) {
 	if len(b)-v < keyLen {
 		return 0, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, d := range c.entries[key(b[v:])] {
-		if jsonraw.HasPrefix(b[v:], d.raw) {
+		if jsonraw.HasPrefix(b[v:], d.raw) && (d.costed || !cost) {
 			c.hits++
-			tools.AddCost(d.cost)
+			if cost {
+				tools.AddCost(d.cost)
+			}
 			return v + len(d.raw), true
 		}
 	}
@@ -97,14 +101,18 @@ func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int) (end int, ok b
 	return 0, false
 }
 
-// count counts the validated tool definition raw into tools, as renderJSON
-// does, and keeps its cost if it fits in the budget (emptying the Cache
-// first when it does not fit beside what the Cache holds).
-func (c *Cache) count(tools *textmodel.Counter, raw []byte) {
-	var counts textmodel.Counter
-	renderJSON(&counts, raw)
-	cost := counts.Cost()
-	tools.AddCost(cost)
+// keep keeps the validated tool definition raw if it fits in the budget
+// (emptying the Cache first when it does not fit beside what the Cache
+// holds); with cost, it first counts the definition into tools, as
+// renderJSON does, and keeps its cost too.
+func (c *Cache) keep(tools *textmodel.Counter, raw []byte, cost bool) {
+	var n int64
+	if cost {
+		var counts textmodel.Counter
+		renderJSON(&counts, raw)
+		n = counts.Cost()
+		tools.AddCost(n)
+	}
 	size := len(raw) + entryCost
 	if len(raw) < keyLen || size > c.budget {
 		return
@@ -114,14 +122,19 @@ func (c *Cache) count(tools *textmodel.Counter, raw []byte) {
 	k := key(raw)
 	for _, e := range c.entries[k] {
 		if bytes.Equal(e.raw, raw) {
-			return // another goroutine's, or twice in one body
+			// another goroutine's, or twice in one body, or held by
+			// Chars4 and now counted
+			if cost && !e.costed {
+				e.cost, e.costed = n, true
+			}
+			return
 		}
 	}
 	if c.held+size > c.budget {
 		clear(c.entries)
 		c.held = 0
 	}
-	c.entries[k] = append(c.entries[k], &cachedDef{raw: bytes.Clone(raw), cost: cost})
+	c.entries[k] = append(c.entries[k], &cachedDef{raw: bytes.Clone(raw), cost: n, costed: cost})
 	c.held += size
 }
 

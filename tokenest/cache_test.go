@@ -68,9 +68,29 @@ func TestCacheMatchesEstimate(t *testing.T) {
 	}
 }
 
+// TestCacheChars4First fills a Cache through Chars4, which keeps the
+// definitions without their cost, and then reads the bodies through
+// Default, which must count them and keep their cost, then through both.
+func TestCacheChars4First(t *testing.T) {
+	bodies := cacheBodies(t)
+	c := NewCache(1 << 20)
+	for _, m := range []Method{Chars4, Default, Chars4, Default} {
+		for name, body := range bodies {
+			want, werr := Estimate(body, pathOf(name), m)
+			got, err := c.Estimate(body, pathOf(name), m)
+			if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+				t.Fatalf("%s %v: through the cache %+v, %v; Estimate %+v, %v", name, m, got, err, want, werr)
+			}
+		}
+	}
+	if hits, _, _ := c.Stats(); hits == 0 {
+		t.Fatal("no hit")
+	}
+}
+
 func checkCache(t *testing.T, c *Cache, body []byte, path string) {
 	t.Helper()
-	for _, m := range []Method{Default, Chars4} {
+	for _, m := range []Method{Chars4, Default} {
 		want, werr := Estimate(body, path, m)
 		got, err := c.Estimate(body, path, m)
 		if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {

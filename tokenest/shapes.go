@@ -34,7 +34,7 @@ type tally struct {
 
 	chars       int               // Chars4: characters of text
 	text, tools textmodel.Counter // Default
-	cache       *Cache            // Default: counts of tool definitions, or nil
+	cache       *Cache            // tool definitions validated (and counted) before, or nil
 	bd          Breakdown
 	idPrompt    bool // the input is a token-id prompt
 }
@@ -533,18 +533,18 @@ func (t *tally) toolDefs(v int, field string) (int, error) {
 		if t.kind(d) != jsonraw.Object {
 			return 0, fieldErr(indexed(field, j), "want an object")
 		}
-		count := t.method == Default && !t.prefix.on
-		if count && t.cache != nil {
-			if end, ok := t.cache.lookup(&t.tools, t.b, d); ok {
-				return end, nil // a definition validated and counted before
+		count := t.method == Default
+		if t.cache != nil {
+			if end, ok := t.cache.lookup(&t.tools, t.b, d, count); ok {
+				return end, nil // a definition validated (and counted) before
 			}
 		}
 		end, err := t.skip(d)
 		switch {
-		case err != nil || !count:
+		case err != nil || t.prefix.on:
 		case t.cache != nil:
-			t.cache.count(&t.tools, t.b[d:end])
-		default:
+			t.cache.keep(&t.tools, t.b[d:end], count)
+		case count:
 			renderJSON(&t.tools, t.b[d:end])
 		}
 		return end, err

@@ -194,8 +194,8 @@ func Estimate(body []byte, path string, m Method) (Result, error) {
 	return estimate(body, path, m, nil)
 }
 
-// estimate is Estimate, with the counts of tool definitions that cache
-// holds (nil for none).
+// estimate is Estimate, with the tool definitions that cache holds (nil
+// for none).
 func estimate(body []byte, path string, m Method, cache *Cache) (Result, error) {
 	if m > Chars4 {
 		return Result{}, fmt.Errorf("tokenest: invalid method %d", uint8(m))
@@ -203,9 +203,6 @@ func estimate(body []byte, path string, m Method, cache *Cache) (Result, error) 
 	sh, ok := shapeOf(path)
 	if !ok {
 		return Result{}, ErrUnsupportedPath
-	}
-	if m != Default {
-		cache = nil
 	}
 	t := tally{method: m, cache: cache}
 	err := t.walk(body, sh)

@@ -506,19 +506,25 @@ func TestPrefixedPathIsEstimated(t *testing.T) {
 	})
 }
 
-// TestRepeatedToolsEstimateTheSame sends an agent's request three times:
-// the root's tool cache holds its definitions after the first, and every
-// estimate (x-pdroute-tokens) is tokenest.Estimate's.
+// TestRepeatedToolsEstimateTheSame sends an agent's request three times,
+// with either method: the root's tool cache holds its definitions after
+// the first, and every estimate (x-pdroute-tokens) is tokenest.Estimate's.
 func TestRepeatedToolsEstimateTheSame(t *testing.T) {
-	cfg := strings.Replace(nixlConfig, `"threshold_tokens":100,`, `"threshold_tokens":100000,`, 1)
+	for _, m := range []tokenest.Method{tokenest.Default, tokenest.Chars4} {
+		t.Run(m.String(), func(t *testing.T) { repeatTools(t, m) })
+	}
+}
+
+func repeatTools(t *testing.T, m tokenest.Method) {
+	cfg := strings.Replace(nixlConfig, `"threshold_tokens":100,`, `"threshold_tokens":100000,"token_method":"`+m.String()+`",`, 1)
 	tool := func(name string) string {
 		return `{"type":"function","function":{"name":"` + name + `","description":"Looks up ` + name +
 			` for the user and returns it as JSON.","parameters":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}}}`
 	}
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[` +
 		tool("get_weather") + "," + tool("get_calendar") + "," + tool("get_weather") + `]}`
-	want, err := tokenest.Estimate([]byte(body), "/v1/chat/completions", tokenest.Default)
-	if err != nil || want.Breakdown.Tools == 0 {
+	want, err := tokenest.Estimate([]byte(body), "/v1/chat/completions", m)
+	if err != nil || m == tokenest.Default && want.Breakdown.Tools == 0 {
 		t.Fatalf("Estimate: %+v, %v", want, err)
 	}
 	run(t, cfg, func(t *testing.T, h filtertest.Harness) {

@@ -1,7 +1,8 @@
 // Command estimator is a benchmark plugin: for each request it reads the
 // whole body into the VM and, unless the plugin configuration is "read",
 // estimates its input tokens with tokenest ("default" or "chars4", or
-// "cached": default through a tokenest.Cache, as the filter estimates). Its
+// "cached" and "cached-chars4": through a tokenest.Cache, as the filter
+// estimates). Its
 // cost per request minus the "read" variant's is tokenest's cost inside
 // wasm.
 package main
@@ -36,8 +37,11 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 	switch string(cfg) {
 	case "read":
 		return types.OnPluginStartStatusOK
-	case "cached":
+	case "cached", "cached-chars4":
 		r.estimate, r.cache = true, tokenest.NewCache(256<<10)
+		if string(cfg) == "cached-chars4" {
+			r.method = tokenest.Chars4
+		}
 		return types.OnPluginStartStatusOK
 	}
 	if r.method, err = tokenest.ParseMethod(string(cfg)); err != nil {
