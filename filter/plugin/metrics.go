@@ -30,6 +30,8 @@ type metrics struct {
 	sanitized       abi.MetricCounter
 	prefillLatency  abi.MetricHistogram
 	tokens          abi.MetricHistogram
+	toolHits        abi.MetricCounter // tool definitions the root's cache held
+	toolMisses      abi.MetricCounter // and those it did not
 	// lmcache
 	kvReady       abi.MetricCounter
 	kvTimeout     abi.MetricCounter
@@ -62,6 +64,8 @@ func defineMetrics(mode config.Mode) *metrics {
 	m.sanitized = abi.DefineCounterMetric(metricPrefix + "sanitized_requests")
 	m.prefillLatency = abi.DefineHistogramMetric(metricPrefix + "prefill_latency_ms")
 	m.tokens = abi.DefineHistogramMetric(metricPrefix + "estimated_tokens")
+	m.toolHits = abi.DefineCounterMetric(metricPrefix + "tool_cache.hits")
+	m.toolMisses = abi.DefineCounterMetric(metricPrefix + "tool_cache.misses")
 	m.scrapeSuccess = abi.DefineCounterMetric(metricPrefix + "stats_scrapes.ok")
 	m.scrapeErrors = abi.DefineCounterMetric(metricPrefix + "stats_scrapes.error")
 	if mode == config.ModeLMCache {
@@ -73,6 +77,17 @@ func defineMetrics(mode config.Mode) *metrics {
 		m.waitingGauge = abi.DefineGaugeMetric(metricPrefix + "kv_wait.waiting")
 	}
 	return m
+}
+
+// toolCache counts the lookups of tool definitions of one estimate: the
+// cache's counts after it less those before.
+func (m *metrics) toolCache(hits0, misses0, hits1, misses1 uint64) {
+	if hits1 > hits0 {
+		m.toolHits.Increment(hits1 - hits0)
+	}
+	if misses1 > misses0 {
+		m.toolMisses.Increment(misses1 - misses0)
+	}
 }
 
 // localReply counts an answer the filter made itself, by status class.

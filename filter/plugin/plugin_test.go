@@ -538,5 +538,10 @@ func repeatTools(t *testing.T, m tokenest.Method) {
 				t.Errorf("request %d: x-pdroute-tokens %q, want %d", i, v, want.Tokens)
 			}
 		}
+		// the first request: two definitions counted, the repeated one
+		// found; the next two: all three found
+		if hits, misses := counter(t, h, "pdroute.tool_cache.hits"), counter(t, h, "pdroute.tool_cache.misses"); hits != 7 || misses != 2 {
+			t.Errorf("tool cache hits %d, misses %d; want 7 and 2", hits, misses)
+		}
 	})
 }

@@ -168,7 +168,10 @@ func (s *stream) decideBody(body []byte) types.Action {
 	cfg := s.cfg()
 	s.bodyLen = len(body)
 	s.tokens = -1
+	h0, m0, _ := s.r.tools.Stats()
 	est, err := s.r.tools.Estimate(body, s.api.Path(), s.r.method)
+	h1, m1, _ := s.r.tools.Stats()
+	s.r.m.toolCache(h0, m0, h1, m1)
 	if errors.Is(err, tokenest.ErrNotJSON) {
 		s.fail(apierr.MalformedJSON, "request body is not a JSON object")
 		return types.ActionPause
