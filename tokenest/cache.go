@@ -70,7 +70,8 @@ func (c *Cache) Estimate(body []byte, path string, m Method) (Result, error) {
 }
 
 // Stats returns the lookups that found a definition and those that did
-// not, and the bytes held.
+// not (one or the other for every tool definition read through the Cache),
+// and the bytes held.
 func (c *Cache) Stats() (hits, misses uint64, held int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -83,11 +84,12 @@ func (c *Cache) Stats() (hits, misses uint64, held int) {
 // (elements of an array that is a member of the top-level object), so a
 // held one passed the nesting limit there too.
 func (c *Cache) lookup(tools *textmodel.Counter, b []byte, v int, cost bool) (end int, ok bool) {
-	if len(b)-v < keyLen {
-		return 0, false
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(b)-v < keyLen { // too close to the body's end to be a held one
+		c.misses++
+		return 0, false
+	}
 	for _, d := range c.entries[key(b[v:])] {
 		if jsonraw.HasPrefix(b[v:], d.raw) && (d.costed || !cost) {
 			c.hits++

@@ -155,3 +155,25 @@ func FuzzCache(f *testing.F) {
 		checkCache(t, fuzzCache, body, path)
 	})
 }
+
+// TestCacheStats checks that every tool definition read through a Cache is
+// a hit or a miss, short ones and one that ends the body included.
+func TestCacheStats(t *testing.T) {
+	c := NewCache(1 << 20)
+	long := `{"type":"function","function":{"name":"get_weather","description":"the weather where you are"}}`
+	bodies := []string{
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[` + long + `,{"type":"function"},` + long + `]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[` + long + `]}`,
+	}
+	for range 2 {
+		for _, body := range bodies {
+			checkCache(t, c, []byte(body), "/v1/chat/completions") // both methods
+		}
+	}
+	// 5 definitions in the bodies, read twice with each of two methods
+	hits, misses, _ := c.Stats()
+	if hits+misses != 2*2*5 || hits == 0 {
+		t.Fatalf("hits %d + misses %d, want %d definitions read", hits, misses, 2*2*5)
+	}
+}

@@ -113,7 +113,7 @@ func (c *Counter) LastEnglishness() float64 { return c.lastEnglish }
 // if it were English).
 func (c *Counter) Estimate() int {
 	if c.feat == [NumFeatures]uint32{} && c.sum <= 0 {
-		return 0 // no piece at all (a request's tools Counter, often): no dot product
+		return 0 // no piece and no added cost (a request's tools Counter, often): no dot product
 	}
 	sum := c.sum + c.rest()*(nano/1000)
 	if sum <= 0 {
