@@ -62,6 +62,14 @@ type Counter struct {
 
 	runeBuf [utf8.UTFMax]byte // PartRune's character
 
+	// decoded's buffer. A field rather than decoded's local: the
+	// profile's inlining puts decoded into scan, which it calls back with
+	// the buffer, and a local handed to a call of its own function moves
+	// to the heap (one allocation an escaped string; TestNoAllocations
+	// runs with the profile). decoded's call back to scan reads plain
+	// text, which never reaches decoded again, so one buffer is enough.
+	decodedBuf [decodeBuf]byte
+
 	mode uint8
 
 	// word state: the current script segment of the letter run

@@ -167,7 +167,7 @@ const decodeBuf = 512
 // back can own (pending counts down from a raw lead byte's three possible
 // continuation bytes).
 func (c *Counter) decoded(s []byte, i int) int {
-	var buf [decodeBuf]byte
+	buf := &c.decodedBuf
 	n, pending := 0, 0 // bytes in buf
 	for i < len(s) {
 		b := s[i]
