@@ -76,10 +76,8 @@ func TestCacheChars4First(t *testing.T) {
 	c := NewCache(1 << 20)
 	for _, m := range []Method{Chars4, Default, Chars4, Default} {
 		for name, body := range bodies {
-			want, werr := Estimate(body, pathOf(name), m)
-			got, err := c.Estimate(body, pathOf(name), m)
-			if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
-				t.Fatalf("%s %v: through the cache %+v, %v; Estimate %+v, %v", name, m, got, err, want, werr)
+			if err := sameThroughCache(c, body, pathOf(name), m); err != nil {
+				t.Fatalf("%s: %v", name, err)
 			}
 		}
 	}
@@ -88,15 +86,26 @@ func TestCacheChars4First(t *testing.T) {
 	}
 }
 
+// checkCache fails t unless body estimates through c as Estimate estimates
+// it, by both methods.
 func checkCache(t *testing.T, c *Cache, body []byte, path string) {
 	t.Helper()
 	for _, m := range []Method{Chars4, Default} {
-		want, werr := Estimate(body, path, m)
-		got, err := c.Estimate(body, path, m)
-		if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
-			t.Fatalf("%s %v %.80q: through the cache %+v, %v; Estimate %+v, %v", path, m, body, got, err, want, werr)
+		if err := sameThroughCache(c, body, path, m); err != nil {
+			t.Fatalf("%.80q: %v", body, err)
 		}
 	}
+}
+
+// sameThroughCache estimates body through c and with Estimate, and says
+// how the two differ (result, or error and its text), or nil.
+func sameThroughCache(c *Cache, body []byte, path string, m Method) error {
+	want, werr := Estimate(body, path, m)
+	got, err := c.Estimate(body, path, m)
+	if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+		return fmt.Errorf("%s %v: through the cache %+v, %v; Estimate %+v, %v", path, m, got, err, want, werr)
+	}
+	return nil
 }
 
 // TestCacheConcurrent shares one Cache between goroutines (for the race
@@ -110,10 +119,8 @@ func TestCacheConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for name, body := range bodies {
-				want, werr := Estimate(body, pathOf(name), Default)
-				got, err := c.Estimate(body, pathOf(name), Default)
-				if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
-					t.Errorf("%s: %+v, %v; want %+v, %v", name, got, err, want, werr)
+				if err := sameThroughCache(c, body, pathOf(name), Default); err != nil {
+					t.Errorf("%s: %v", name, err)
 					return
 				}
 			}

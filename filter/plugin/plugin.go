@@ -55,9 +55,10 @@ type rootContext struct {
 	cfg *config.Config
 	// method is cfg.TokenMethod parsed once.
 	method tokenest.Method
-	// tools holds the default method's counts of the tool definitions
-	// this VM has read, for the requests that repeat them (agents send
-	// theirs with every request); at most toolCacheBytes.
+	// tools holds the tool definitions this VM has read, validated, and
+	// for the default method their counts, for the requests that repeat
+	// them (agents send theirs with every request); at most
+	// toolCacheBytes.
 	tools *tokenest.Cache
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer

@@ -49,7 +49,6 @@ func Chat(dir string, tokens int) ([]byte, error) {
 func Tools(dir string) ([]byte, error) {
 	var tools []json.RawMessage
 	seen := map[string]bool{}
-	var n int
 	samples, err := load(dir, "chat")
 	if err != nil {
 		return nil, err
@@ -59,11 +58,10 @@ func Tools(dir string) ([]byte, error) {
 			if !seen[string(t)] {
 				seen[string(t)] = true
 				tools = append(tools, t)
-				n += len(t)
 			}
 		}
 	}
-	if n == 0 {
+	if len(tools) == 0 {
 		return nil, fmt.Errorf("chat.jsonl: no sample has tools")
 	}
 	messages := []map[string]string{{"role": "user", "content": "What is the weather in Paris, and is my 3pm meeting still on?"}}

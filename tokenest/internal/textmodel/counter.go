@@ -123,7 +123,7 @@ func (c *Counter) Estimate() int {
 	if c.feat == [NumFeatures]uint32{} && c.sum <= 0 {
 		return 0 // no piece and no added cost (a request's tools Counter, often): no dot product
 	}
-	sum := c.sum + c.rest()*(nano/1000)
+	sum := c.Cost()
 	if sum <= 0 {
 		return 0
 	}

@@ -2,9 +2,8 @@
 // whole body into the VM and, unless the plugin configuration is "read",
 // estimates its input tokens with tokenest ("default" or "chars4", or
 // "cached" and "cached-chars4": through a tokenest.Cache, as the filter
-// estimates). Its
-// cost per request minus the "read" variant's is tokenest's cost inside
-// wasm.
+// estimates). Its cost per request minus the "read" variant's is
+// tokenest's cost inside wasm.
 package main
 
 import (
