@@ -108,7 +108,7 @@ func (l *Lease) Release(now time.Time) {
 	}
 	l.released = true
 	if l.counted {
-		l.b.release(l.Index)
+		l.b.release(l.Index, now)
 	}
 	if l.Decision == ByProbe && !l.reported {
 		_ = l.b.recordOutcome(l, outcomeAbandoned, now) // if lost, probeExpiry frees the slot
