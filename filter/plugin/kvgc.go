@@ -52,7 +52,7 @@ func (l *kvLedger) cleared(id string) { delete(l.held, id); l.dirty = true }
 // tick refreshes this VM's heartbeat and ledger and collects the flags of
 // silent VMs. It returns how many flags it collected.
 func (l *kvLedger) tick(now time.Time) int {
-	l.flush()
+	l.flush(now)
 	if now.Sub(l.lastBeat) < kvBeatEvery {
 		return 0
 	}
@@ -97,12 +97,24 @@ func (l *kvLedger) tick(now time.Time) int {
 	return collected
 }
 
-// flush writes this VM's ledger if it changed. Flags are written only after
-// the ledger that names them, so a VM that traps between the two leaves
-// nothing another VM cannot collect.
-func (l *kvLedger) flush() {
+// flush writes this VM's ledger if it changed, after registering the VM if
+// it never beat. Flags are written only after the ledger that names them, so
+// a VM that traps between the two, even before its first tick, leaves nothing
+// another VM cannot collect.
+func (l *kvLedger) flush(now time.Time) {
 	if !l.dirty {
 		return
+	}
+	if l.lastBeat.IsZero() {
+		l.updateRegistry(func(reg []vmBeat) []vmBeat {
+			for i := range reg {
+				if reg[i].instance == l.instance {
+					reg[i].beat = now.UnixMilli()
+					return reg
+				}
+			}
+			return append(reg, vmBeat{l.instance, now.UnixMilli()})
+		})
 	}
 	ids := make([]string, 0, len(l.held))
 	for id := range l.held {

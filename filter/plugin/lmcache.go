@@ -429,7 +429,7 @@ func (w *kvWaiter) onPoll(ids []string, a callAnswer) {
 		}
 		return true
 	})
-	w.ledger.flush() // the ledger names a flag before the flag exists (kvgc.go)
+	w.ledger.flush(now) // the ledger names a flag before the flag exists (kvgc.go)
 	ready.ForEach(func(_, v gjson.Result) bool {
 		id, count := v.Get("req_id").String(), v.Get("count").Int()
 		e, ok := w.entries[id]
