@@ -106,3 +106,30 @@ func TestTrapWithPausedRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadBackoff: FAIL_RELOAD creates the new VM lazily, for the first new
+// stream once base_interval (jittered up to 1.5×) has passed since the last
+// load; streams before that fail closed and count as vm_reload_backoff.
+func TestReloadBackoff(t *testing.T) {
+	up := newUpstream(t, "up")
+	h := startHost(t, hostConfig{plugin: "kitchen", failure: "FAIL_RELOAD", routeCluster: "up",
+		pluginExtra: "                reload_config: {backoff: {base_interval: 2s}}\n",
+		clusters:    []cluster{{name: "up", endpoints: []string{up.addr}}}}, Options{Concurrency: 1})
+	loaded := time.Now() // a little after the worker's VM was loaded
+	if r := do(t, h, "GET", "/trap", nil); r.status != 503 {
+		t.Fatalf("trap: %d", r.status)
+	}
+	if r := do(t, h, "GET", "/pass", nil); time.Since(loaded) < 2*time.Second && r.status != 503 {
+		t.Errorf("within the backoff: %d, want 503", r.status)
+	}
+	if ps := h.Plugins()[0]; ps.Reloads != 0 || ps.ReloadBackoffs < 1 {
+		t.Errorf("within the backoff: reloads %d backoffs %d", ps.Reloads, ps.ReloadBackoffs)
+	}
+	time.Sleep(time.Until(loaded.Add(3*time.Second + 50*time.Millisecond)))
+	if r := do(t, h, "GET", "/pass", nil); r.status != 200 || r.header.Get("x-seen-status") == "" {
+		t.Errorf("after the backoff: %d, filter ran %t", r.status, r.header.Get("x-seen-status") != "")
+	}
+	if ps := h.Plugins()[0]; ps.Reloads != 1 || len(ps.Retired) != 1 || ps.Retired[0].Traps != 1 {
+		t.Errorf("after the backoff: reloads %d retired %+v", ps.Reloads, ps.Retired)
+	}
+}
