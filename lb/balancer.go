@@ -62,6 +62,10 @@ type Balancer struct {
 	ownerTTL time.Duration
 	ibuf     []byte
 	legacy   []byte
+	// probes are this VM's outstanding probe leases when it has an owner TTL:
+	// Heartbeat renews their claims; probeBeat is the last renewal (unix ns).
+	probes    []*Lease
+	probeBeat int64
 }
 
 type poolKeys struct{ rotation, inflight, health, stats, qps string }
@@ -136,9 +140,13 @@ func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
 	} else {
 		b.choose(now, prefixKey, &l)
 	}
-	out := l
+	out := &Lease{}
+	*out = l
 	out.b = b
-	return &out, nil
+	if out.Decision == ByProbe && b.ownerTTL > 0 {
+		b.probes = append(b.probes, out)
+	}
+	return out, nil
 }
 
 func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -50,10 +51,11 @@ func (b *Balancer) SetOwner(id uint64, ttl time.Duration) {
 // was refreshed more than a quarter TTL ago or some row has expired. It
 // returns ErrNotRecorded if a needed write could not be made.
 func (b *Balancer) Heartbeat(now time.Time) error {
-	if !b.cfg.Strategy.countsInflight() {
-		return nil
-	}
 	t := now.UnixNano()
+	err := b.renewProbes(t)
+	if !b.cfg.Strategy.countsInflight() {
+		return err
+	}
 	cur := b.read(b.keys.inflight)
 	if !b.needsBeat(cur, t) {
 		return nil
@@ -67,7 +69,65 @@ func (b *Balancer) Heartbeat(now time.Time) error {
 	if !ok {
 		return ErrNotRecorded
 	}
+	return err
+}
+
+// probeTTL is how long a probe claim holds without renewal: the owner TTL
+// when this VM has one (owners renew their claims on Heartbeat), else
+// probeExpiry.
+func (b *Balancer) probeTTL() int64 {
+	if b.ownerTTL > 0 && b.owner != 0 {
+		return int64(b.ownerTTL)
+	}
+	return int64(probeExpiry)
+}
+
+// renewProbes moves the claim time of this VM's outstanding probes to t,
+// every quarter TTL, so that a live probe (a slow first token) keeps its
+// slot while the probe of a VM that died is freed one TTL after its last
+// renewal. A claim another VM has taken over is forgotten.
+func (b *Balancer) renewProbes(t int64) error {
+	if len(b.probes) == 0 || t-b.probeBeat < int64(b.ownerTTL/4) || b.cfg.FailureThreshold == 0 {
+		return nil
+	}
+	var renewed []*Lease
+	_, ok := b.update(b.keys.health, func(cur []byte) []byte {
+		renewed = renewed[:0]
+		b.decodeHealth(cur)
+		for _, l := range b.probes {
+			if e := &b.health[l.Index]; e.state == healthProbing && e.at == l.probeAt {
+				e.at = t
+				renewed = append(renewed, l)
+			}
+		}
+		if len(renewed) == 0 {
+			return nil
+		}
+		b.buf = appendHealth(b.buf[:0], b.health)
+		return b.buf
+	})
+	if !ok {
+		return ErrNotRecorded
+	}
+	b.probeBeat = t
+	for _, l := range renewed {
+		l.probeAt = t
+	}
+	b.probes = append(b.probes[:0], renewed...)
 	return nil
+}
+
+// dropProbe forgets lease l as an outstanding probe of this VM.
+func (b *Balancer) dropProbe(l *Lease) {
+	if l.Decision != ByProbe {
+		return
+	}
+	for i, p := range b.probes {
+		if p == l {
+			b.probes = slices.Delete(b.probes, i, i+1)
+			return
+		}
+	}
 }
 
 // needsBeat reports whether cur has an expired row, a row of this owner due

@@ -241,3 +241,60 @@ func TestOwnersConcurrent(t *testing.T) {
 		t.Errorf("after expiry: %v, %d rows", got, rowsOf(t, s, survivor))
 	}
 }
+
+// TestProbeClaims: with owners, a probe claim lives one owner TTL past its
+// last renewal. The probe of a VM that died frees the endpoint's probe slot
+// after the TTL (not probeExpiry); a live VM's heartbeats keep a slow probe's
+// claim, and its report still decides the endpoint.
+func TestProbeClaims(t *testing.T) {
+	trip := func(t *testing.T, b *Balancer) {
+		for range 3 {
+			use(t, b, t0, Failure)
+		}
+	}
+	cooled := 10 * time.Second // the default cool-down
+	for _, tt := range []struct {
+		name    string
+		beats   bool // the prober's VM lives and beats every TTL/4
+		at      time.Duration
+		want    HealthState
+		reclaim bool // another VM's pick at `at` claims a new probe
+	}{
+		{"dead prober, before the TTL", false, cooled + ttl - time.Millisecond, Probing, false},
+		{"dead prober, one TTL after the claim", false, cooled + ttl, ProbeDue, true},
+		{"live prober keeps its claim past probeExpiry", true, cooled + probeExpiry + time.Second, Probing, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewMemStore()
+			prober, other := newTestBalancer(t, s, testPool(1, RoundRobin), 1), newTestBalancer(t, s, testPool(1, RoundRobin), 2)
+			prober.SetOwner(1, ttl)
+			other.SetOwner(2, ttl)
+			trip(t, other)
+			probe := mustPick(t, prober, at(cooled), 0)
+			if probe.Decision != ByProbe {
+				t.Fatalf("first pick after the cool-down: %v", probe.Decision)
+			}
+			if tt.beats {
+				for d := cooled; d <= tt.at; d += ttl / 4 {
+					if err := prober.Heartbeat(at(d)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			expectHealth(t, other, at(tt.at), 0, tt.want, 3)
+			l, err := other.Pick(at(tt.at), 0)
+			if got := err == nil && l.Decision == ByProbe; got != tt.reclaim {
+				t.Fatalf("other VM's pick: %+v, %v; want a new probe %t", l, err, tt.reclaim)
+			}
+			if tt.beats {
+				if err := probe.Report(at(tt.at), Success); err != nil {
+					t.Fatal(err)
+				}
+				expectHealth(t, other, at(tt.at), 0, Healthy, 0)
+				if len(prober.probes) != 0 {
+					t.Errorf("%d probes still tracked after the report", len(prober.probes))
+				}
+			}
+		})
+	}
+}
