@@ -70,7 +70,11 @@ func TestVMTrapUnderLoad(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "every prefill pending", func() (bool, string) {
 		d := debugState(t, s)
-		return d.Inflight() >= concurrency, jsonString(d.Pools)
+		n := 0
+		for _, e := range d.Pools["prefill"] {
+			n += int(e.Inflight)
+		}
+		return n >= concurrency, jsonString(d.Pools)
 	})
 	if n := h.InjectTrap(stack.PluginName, 0); n != 1 {
 		t.Fatalf("InjectTrap armed %d VMs, want worker 0's", n)
