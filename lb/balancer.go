@@ -54,6 +54,18 @@ type Balancer struct {
 	// contention; owed says whether any is non-zero.
 	debt []uint32
 	owed bool
+
+	// owner and ownerTTL: whose in-flight counts this VM's leases are, and how
+	// long they live without a write or heartbeat (see SetOwner); ibuf is the
+	// scratch of the in-flight value.
+	owner    uint64
+	ownerTTL time.Duration
+	ibuf     []byte
+	legacy   []byte
+	// probes are this VM's outstanding probe leases when it has an owner TTL:
+	// Heartbeat renews their claims; probeBeat is the last renewal (unix ns).
+	probes    []*Lease
+	probeBeat int64
 }
 
 type poolKeys struct{ rotation, inflight, health, stats, qps string }
@@ -121,16 +133,20 @@ func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
 	if probe := b.loadHealth(now, &l); probe >= 0 {
 		l.Index, l.Decision, l.probeAt = probe, ByProbe, now.UnixNano()
 		if b.cfg.Strategy.countsInflight() {
-			b.countInflight(&l, func(inflightView) int { return probe })
+			b.countInflight(&l, now, func(inflightView) int { return probe })
 		}
 	} else if len(b.usable) == 0 {
 		return nil, ErrNoEndpoint
 	} else {
 		b.choose(now, prefixKey, &l)
 	}
-	out := l
+	out := &Lease{}
+	*out = l
 	out.b = b
-	return &out, nil
+	if out.Decision == ByProbe && b.ownerTTL > 0 {
+		b.probes = append(b.probes, out)
+	}
+	return out, nil
 }
 
 func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
@@ -145,11 +161,11 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 		if !b.engineLoads(b.loadStats(), b.usable, now.UnixNano()) {
 			l.Decision = ByRoundRobinFallback
 			i := b.rotate(l)
-			b.countInflight(l, func(inflightView) int { return i })
+			b.countInflight(l, now, func(inflightView) int { return i })
 			return
 		}
 		start := b.rng.IntN(len(b.usable))
-		b.countInflight(l, func(v inflightView) int {
+		b.countInflight(l, now, func(v inflightView) int {
 			return b.argmin(start, func(i int) float64 { return b.load(i, v, true) })
 		})
 	case PowerOfTwo:
@@ -162,14 +178,14 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 		}
 		pair := [2]int{b.usable[x], b.usable[y]}
 		withStats := b.engineLoads(b.loadStats(), pair[:], now.UnixNano())
-		b.countInflight(l, func(v inflightView) int {
+		b.countInflight(l, now, func(v inflightView) int {
 			if b.load(pair[1], v, withStats) < b.load(pair[0], v, withStats) {
 				return pair[1]
 			}
 			return pair[0]
 		})
 	case PrefixAffinity:
-		b.countInflight(l, func(v inflightView) int { return b.affinity(v, prefixKey) })
+		b.countInflight(l, now, func(v inflightView) int { return b.affinity(v, prefixKey) })
 	}
 }
 
@@ -244,15 +260,16 @@ func (b *Balancer) rotate(l *Lease) int {
 	return b.usable[c%uint64(len(b.usable))]
 }
 
-// countInflight runs decide on the shared in-flight counts and increments the
-// chosen endpoint in the same write, so concurrent VMs see each other's picks. It
-// also pays this VM's release debt.
-func (b *Balancer) countInflight(l *Lease, decide func(inflightView) int) {
+// countInflight runs decide on the shared in-flight counts (the live owners'
+// totals) and increments the chosen endpoint in this owner's row in the same
+// write, so concurrent VMs see each other's picks. It also pays this VM's
+// release debt.
+func (b *Balancer) countInflight(l *Lease, now time.Time, decide func(inflightView) int) {
 	r, ok := b.update(b.keys.inflight, func(cur []byte) []byte {
-		v := b.inflight(cur)
-		b.payDebt(v)
+		v, own := b.live(cur, now.UnixNano(), true)
+		b.payDebt(v, own)
 		l.Index = decide(v)
-		v.inc(l.Index)
+		v.addOwn(own, l.Index, 1)
 		return v
 	})
 	b.settleDebt(ok)
@@ -260,22 +277,15 @@ func (b *Balancer) countInflight(l *Lease, decide func(inflightView) int) {
 	l.counted = ok
 }
 
-// inflight returns cur as this pool's in-flight value, or a zero one.
-func (b *Balancer) inflight(cur []byte) inflightView {
-	if v, ok := parseInflight(cur); ok && v.len() == len(b.all) {
-		return v
-	}
-	b.buf = newInflight(b.buf, len(b.all))
-	return inflightView(b.buf)
-}
-
-func (b *Balancer) payDebt(v inflightView) {
+// payDebt takes this VM's unwritten releases from its row (own): a row that
+// expired meanwhile has nothing left to take.
+func (b *Balancer) payDebt(v inflightView, own int) {
 	if !b.owed {
 		return
 	}
 	for i, d := range b.debt {
 		if d > 0 {
-			v.sub(i, d)
+			v.addOwn(own, i, -int64(d))
 		}
 	}
 }
@@ -289,13 +299,13 @@ func (b *Balancer) settleDebt(committed bool) {
 
 // release gives back one in-flight count of endpoint i, now or with this VM's next
 // in-flight write if the store stays contended.
-func (b *Balancer) release(i int) {
+func (b *Balancer) release(i int, now time.Time) {
 	b.debt[i]++
 	b.owed = true
 	_, ok := b.update(b.keys.inflight, func(cur []byte) []byte {
-		v := b.inflight(cur)
-		b.payDebt(v)
-		return v
+		v, own := b.live(cur, now.UnixNano(), false)
+		b.payDebt(v, own)
+		return dropEmpty(v, own)
 	})
 	b.settleDebt(ok)
 }

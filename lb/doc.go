@@ -34,6 +34,18 @@
 //     when the stream ends. Further calls are no-ops, so a count is never
 //     decremented twice, and counts never go below zero.
 //
+// # When a VM dies
+//
+// A VM that traps is never called again, so it releases nothing. In-flight counts
+// are therefore kept per owner (one row per VM, see [Balancer.SetOwner]) with an
+// expiry the owner moves forward on every write and on [Balancer.Heartbeat], which
+// every VM calls from its tick. A dead VM's counts stop counting at most the owner
+// TTL ([DefaultOwnerTTL] in the filter) after its last write or heartbeat; the next
+// writer drops its row. A half-open probe claim works the same way: with an owner
+// TTL, Heartbeat renews this VM's outstanding probe claims, and a claim not renewed
+// for one TTL is free for the next pick (without an owner, after probeExpiry, 2
+// minutes).
+//
 // A lease taken before a configuration reload keeps pointing at the keys of the
 // endpoint set it was taken from, so releasing it after the set changed touches
 // nothing the new set uses.

@@ -49,7 +49,7 @@ func (b *Balancer) state(e healthEntry, t int64) HealthState {
 		}
 		return CoolingDown
 	case healthProbing:
-		if t-e.at >= int64(probeExpiry) || e.at-t > int64(probeExpiry) {
+		if exp := b.probeTTL(); t-e.at >= exp || e.at-t > exp {
 			return ProbeDue
 		}
 		return Probing

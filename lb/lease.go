@@ -94,6 +94,7 @@ func (l *Lease) Report(now time.Time, o Outcome) error {
 		return nil
 	}
 	l.reported = true
+	l.b.dropProbe(l)
 	return l.b.recordOutcome(l, o, now)
 }
 
@@ -107,8 +108,9 @@ func (l *Lease) Release(now time.Time) {
 		return
 	}
 	l.released = true
+	l.b.dropProbe(l)
 	if l.counted {
-		l.b.release(l.Index)
+		l.b.release(l.Index, now)
 	}
 	if l.Decision == ByProbe && !l.reported {
 		_ = l.b.recordOutcome(l, outcomeAbandoned, now) // if lost, probeExpiry frees the slot

@@ -64,13 +64,16 @@ func (b *Balancer) Snapshot(now time.Time) []EndpointState {
 		health = b.read(b.keys.health)
 	}
 	b.decodeHealth(health)
-	inflight, _ := parseInflight(b.read(b.keys.inflight))
+	t := now.UnixNano()
+	var inflight inflightView
+	if cur := b.read(b.keys.inflight); cur != nil {
+		inflight, _ = b.live(cur, t, false) // expired owners' counts left out
+	}
 	var window qpsView
 	if cur := b.read(b.keys.qps); cur != nil {
 		window = b.qpsWindow(cur, b.qpsBucket(now))
 	}
 	stats := b.loadStats()
-	t := now.UnixNano()
 	for i := range out {
 		e := &out[i]
 		e.Name = b.cfg.Endpoints[i].Name

@@ -58,8 +58,18 @@ const inflightHeader = 4
 // inflightView is a validated in-flight value, read and modified in place.
 type inflightView []byte
 
+// parseInflight accepts the totals alone or followed by the owner rows (m u16,
+// then m × (owner u64, expires i64, n × u32); see owner.go).
 func parseInflight(v []byte) (inflightView, bool) {
-	if !hasHeader(v, kindInflight, inflightHeader) || len(v) != inflightHeader+4*int(le.Uint16(v[2:])) {
+	if !hasHeader(v, kindInflight, inflightHeader) {
+		return nil, false
+	}
+	n := int(le.Uint16(v[2:]))
+	totals := inflightHeader + 4*n
+	switch {
+	case len(v) == totals:
+	case len(v) >= totals+2 && len(v) == totals+2+int(le.Uint16(v[totals:]))*(ownerRowHead+4*n):
+	default:
 		return nil, false
 	}
 	return inflightView(v), true

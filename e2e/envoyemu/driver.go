@@ -483,6 +483,10 @@ func (d *Driver) SharedData(vmID, key string) ([]byte, uint32, bool) {
 	return d.proc.shared.get(vmID, key)
 }
 
+// InjectTrap makes the VM trap at its next host call, as a fault inside the
+// guest does (see Host.InjectTrap).
+func (d *Driver) InjectTrap() { d.vm.trapNext = true }
+
 // Failed returns Envoy's failure message once the VM has trapped, else "".
 func (d *Driver) Failed() string { return d.vm.failed }
 

@@ -107,3 +107,14 @@ func TestDriverTrap(t *testing.T) {
 		t.Error("a failed VM was called again")
 	}
 }
+
+// TestDriverInjectTrap: the VM traps at the next host call after InjectTrap,
+// inside whatever callback makes it.
+func TestDriverInjectTrap(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{})
+	d.InjectTrap()
+	d.Tick() // the kitchen plugin logs on every tick
+	if !strings.Contains(d.Failed(), "proxy_on_tick failed: injected trap") {
+		t.Fatalf("failed = %q", d.Failed())
+	}
+}

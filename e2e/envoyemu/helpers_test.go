@@ -134,6 +134,7 @@ type hostConfig struct {
 	pluginExtra  string // extra PluginConfig YAML lines (indented under config:)
 	bufferLimit  int
 	idleTimeout  string
+	reqTimeout   string // HCM request_timeout
 	routeTimeout string
 	notFound     string // cluster_not_found_response_code
 	clusters     []cluster
@@ -161,6 +162,9 @@ func (c hostConfig) yaml(t testing.TB) string {
 `)
 	if c.idleTimeout != "" {
 		fmt.Fprintf(&b, "          stream_idle_timeout: %s\n", c.idleTimeout)
+	}
+	if c.reqTimeout != "" {
+		fmt.Fprintf(&b, "          request_timeout: %s\n", c.reqTimeout)
 	}
 	b.WriteString("          route_config:\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n              - match: {prefix: \"/\"}\n                route:\n")
 	if c.routeCluster != "" {

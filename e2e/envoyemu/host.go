@@ -461,6 +461,33 @@ func (h *Host) Plugins() []PluginStats {
 	return out
 }
 
+// InjectTrap makes the current VM of the named plugin on worker (every
+// worker if worker < 0) trap at its next host call, as a fault inside the
+// guest does (the Go runtime throwing on poll_oneoff, golang/go#78513): the
+// VM fails in the middle of a callback, with whatever it had in flight, and
+// the plugin's failure policy applies. It is a test hook; it returns how many
+// VMs it armed.
+func (h *Host) InjectTrap(plugin string, worker int) int {
+	n := 0
+	for _, p := range h.plugins {
+		if p.spec.Name != plugin {
+			continue
+		}
+		for _, w := range h.workers {
+			if worker >= 0 && w.id != worker {
+				continue
+			}
+			w.run(func() {
+				if wp := w.vms[p]; wp != nil && wp.cur != nil && wp.cur.failed == "" {
+					wp.cur.trapNext = true
+					n++
+				}
+			})
+		}
+	}
+	return n
+}
+
 // StreamsDone counts the streams that have ended (completed or reset).
 func (h *Host) StreamsDone() int64 { return h.streamsDone.Load() }
 

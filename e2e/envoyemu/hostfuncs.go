@@ -123,6 +123,10 @@ func exportHostFn(b wazero.HostModuleBuilder, f hostFn) {
 		if v.restricted != nil && !v.restricted[key] {
 			panic(trap("restricted_callback"))
 		}
+		if v.trapNext {
+			v.trapNext = false
+			panic(trap("injected trap"))
+		}
 		impl(v, stack)
 	}), conv(f.sig.Params), conv(f.sig.Results)).Export(f.sig.Name)
 }

@@ -300,7 +300,11 @@ func (s *stream) start(h *headerMap, eos bool) {
 		s.filter = s.wp.newFilter(s)
 	}
 	s.armIdle()
-	if s.l.cfg.RequestTimeout > 0 && !eos {
+	// Envoy arms request_timeout when the stream is created and disarms it
+	// only when the end of the request has passed every decoder filter (the
+	// router has it) or the response starts: a filter that holds the request,
+	// e.g. paused on an http call a failed VM will never answer, does not stop it.
+	if s.l.cfg.RequestTimeout > 0 {
 		s.reqCancel = s.w.after(s.l.cfg.RequestTimeout, func() { s.timeout(replyRequestTimeout) })
 	}
 	s.reqH = h
@@ -347,7 +351,6 @@ func (s *stream) onRequestData(chunk []byte, eos bool, ack func()) {
 	s.si.requestSize += len(chunk)
 	if eos {
 		s.dec.complete = true
-		s.stopRequestTimer()
 	}
 	if s.finished || s.decodeAborted {
 		ack()
@@ -429,7 +432,6 @@ func (s *stream) bufferDecoded(data *bodyBuf, watermark bool) bool {
 
 func (s *stream) onRequestTrailers(t *headerMap) {
 	s.dec.complete = true
-	s.stopRequestTimer()
 	if s.finished || s.decodeAborted {
 		return
 	}
@@ -566,8 +568,11 @@ func (s *stream) routerTrailers() {
 }
 
 // requestDone starts the route timeout: Envoy's timer runs from the end of
-// the downstream request to the end of the upstream response.
+// the downstream request to the end of the upstream response. The end of the
+// request has passed every filter, so request_timeout is disarmed
+// (FilterManager::decodeHeaders/decodeData/decodeTrailers).
 func (s *stream) requestDone() {
+	s.stopRequestTimer()
 	if s.route != nil && s.route.Timeout > 0 && s.routeCancel == nil {
 		s.routeCancel = s.w.after(s.route.Timeout, s.onRouteTimeout)
 	}
@@ -610,6 +615,7 @@ func (s *stream) onUpstreamFailure(r localReply) {
 // --- encode path ---
 
 func (s *stream) encodeHeaders(h *headerMap, eos bool) {
+	s.stopRequestTimer() // the response has started (FilterManager::encodeHeaders)
 	s.respH = h
 	s.enc.complete = eos
 	if s.filter == nil {

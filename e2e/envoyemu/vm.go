@@ -93,6 +93,7 @@ type vm struct {
 	closed      bool
 	created     time.Time
 	pendingDone map[uint32]bool // roots whose proxy_on_done returned false
+	trapNext    bool            // Host.InjectTrap: the next host call traps
 
 	nextHTTPCallID uint32
 	nextMetricID   [3]uint32

@@ -65,6 +65,36 @@ func TestOpenPoints(t *testing.T) {
 		})
 	})
 
+	t.Run("request_timeout_ends_a_held_request", func(t *testing.T) {
+		// As above with the stream idle timeout out of the way: Envoy arms
+		// request_timeout when the stream starts and disarms it only when
+		// the router has the end of the request, so it ends a request the
+		// filter holds (the shipped configs' bound for a VM that died).
+		const reqTimeout = time.Second
+		topo := modeTopology(config.ModeNIXL, map[string]any{"prefill_timeout_ms": 60000})
+		topo.RequestTimeout = reqTimeout
+		s := start(t, topo)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultHang})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		begin := time.Now()
+		r, err := send(ctx, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
+		took := time.Since(begin)
+		outcome := "the connection was closed"
+		if err == nil {
+			outcome = fmt.Sprintf("status %d %q", r.Status, r.Body)
+		}
+		if err != nil || r.Status != 408 || took < reqTimeout || took > 10*time.Second {
+			openPoint(t, "request_timeout_ends_a_held_request", "not the request timeout: ended after %s (%s)", took.Round(10*time.Millisecond), outcome)
+			t.FailNow()
+		}
+		openPoint(t, "request_timeout_ends_a_held_request", "request_timeout (%s) ended it after %s: %s", reqTimeout, took.Round(10*time.Millisecond), outcome)
+		eventually(t, 15*time.Second, "in-flight counts released", func() (bool, string) {
+			d := debugState(t, s)
+			return d.Inflight() == 0, jsonString(d.Pools)
+		})
+	})
+
 	t.Run("route_cache_cleared_by_header_mutation", func(t *testing.T) {
 		// The request arrives without the route header, so the route Envoy
 		// cached before the filter ran names no cluster; only a cleared

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -37,11 +38,32 @@ type Bootstrap struct {
 	// IP:port. A cluster the configuration does not name is still written,
 	// so the kvbridge cluster can exist in every mode.
 	Clusters map[string]string
-	// StreamIdleTimeout is the HCM stream_idle_timeout; zero leaves Envoy's
-	// default (5 min) and writes nothing. The real-Envoy runner shortens it to
-	// measure what ends a request the filter never resumes.
+	// StreamIdleTimeout is the HCM stream_idle_timeout; zero writes
+	// DefaultStreamIdleTimeout. The real-Envoy runner shortens it to measure
+	// what ends a request the filter never resumes.
 	StreamIdleTimeout time.Duration
+	// RequestTimeout is the HCM request_timeout; zero writes
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
 }
+
+// The HCM timeouts every bootstrap writes (see docs/OPERATIONS.md, "Bounded
+// waits", and RATIONALE.md).
+const (
+	// DefaultRequestTimeout bounds the time until the request has passed
+	// every filter: Envoy arms it when the stream starts and disarms it when
+	// the router has the end of the request or the response starts. It is
+	// what ends a request the filter holds when its VM has died (nothing will
+	// ever resume it), and it never cuts a generation, which starts later. It
+	// must exceed what the filter legitimately holds a request for: the body
+	// upload, prefill_timeout_ms (30 s) and lmcache's kv_wait_timeout_ms (10 s).
+	DefaultRequestTimeout = 60 * time.Second
+	// DefaultStreamIdleTimeout bounds silence on a stream. A non-streamed
+	// generation sends nothing until it is done, so Envoy's 5 min default
+	// would cut the long ones; 10 min matches the 600 s route timeout of the
+	// Envoy Gateway manifests.
+	DefaultStreamIdleTimeout = 10 * time.Minute
+)
 
 // Names written into every bootstrap.
 const (
@@ -69,8 +91,9 @@ const (
 )
 
 // Render validates b and returns the Envoy bootstrap YAML: an admin
-// listener; one listener whose HTTP connection manager runs the pdroute wasm
-// filter (body readable before routing, FAIL_CLOSED) and the router on a
+// listener; one listener whose HTTP connection manager (request_timeout and
+// stream_idle_timeout written out) runs the pdroute wasm filter (body
+// readable before routing, FAIL_RELOAD) and the router on a
 // catch-all route that takes its cluster from the plugin's route_header with
 // no route timeout (Envoy's default 15 s would cut long generations); one
 // STATIC cluster per entry of Clusters; and the ORIGINAL_DST cluster that
@@ -118,16 +141,15 @@ func (b Bootstrap) Render() ([]byte, error) {
 						Code:    codeSource{Local: localFile{Filename: b.WasmFile}},
 					},
 					Configuration:               stringValue{Type: typeStringValue, Value: string(b.Plugin)},
-					FailurePolicy:               "FAIL_CLOSED",
+					FailurePolicy:               "FAIL_RELOAD",
 					AllowOnHeadersStopIteration: true,
 				},
 			}},
 			{Name: "envoy.filters.http.router", TypedConfig: routerConfig{Type: typeRouter}},
 		},
 	}
-	if b.StreamIdleTimeout > 0 {
-		hcm.StreamIdleTimeout = durationString(b.StreamIdleTimeout)
-	}
+	hcm.StreamIdleTimeout = durationString(cmp.Or(b.StreamIdleTimeout, DefaultStreamIdleTimeout))
+	hcm.RequestTimeout = durationString(cmp.Or(b.RequestTimeout, DefaultRequestTimeout))
 	boot := bootstrap{
 		Admin: adminConfig{Address: address{SocketAddress: admin}},
 		StaticResources: staticResources{
@@ -286,6 +308,7 @@ type hcmConfig struct {
 	StatPrefix        string       `yaml:"stat_prefix"`
 	CodecType         string       `yaml:"codec_type"`
 	StreamIdleTimeout string       `yaml:"stream_idle_timeout,omitempty"`
+	RequestTimeout    string       `yaml:"request_timeout,omitempty"`
 	RouteConfig       routeConfig  `yaml:"route_config"`
 	HTTPFilters       []httpFilter `yaml:"http_filters"`
 }

@@ -188,3 +188,30 @@ func FuzzParsePrometheusHistogram(f *testing.F) {
 		}
 	})
 }
+
+// TestRenderBoundedWaits: every bootstrap replaces a trapped VM and bounds
+// how long a request the filter holds can wait (the defaults), or writes
+// what the topology asks for.
+func TestRenderBoundedWaits(t *testing.T) {
+	plugin := []byte(`{"mode":"nixl","prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:1"}]},"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:1"}]}}`)
+	for _, tt := range []struct {
+		name          string
+		req, idle     time.Duration
+		wantReq, want string
+	}{
+		{"defaults", 0, 0, "request_timeout: 60s\n", "stream_idle_timeout: 600s\n"},
+		{"set", 3 * time.Second, 1500 * time.Millisecond, "request_timeout: 3s\n", "stream_idle_timeout: 1.5s\n"},
+	} {
+		b := Bootstrap{Listener: "127.0.0.1:0", Admin: "127.0.0.1:0", WasmFile: "x.wasm", Plugin: plugin,
+			Clusters: map[string]string{}, RequestTimeout: tt.req, StreamIdleTimeout: tt.idle}
+		y, err := b.Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{tt.wantReq, tt.want, "failure_policy: FAIL_RELOAD\n"} {
+			if !bytes.Contains(y, []byte(want)) {
+				t.Errorf("%s: no %q in\n%s", tt.name, want, y)
+			}
+		}
+	}
+}

@@ -74,9 +74,11 @@ type Topology struct {
 	// ListenerIP is the client-facing listener's IP. Default 127.0.0.1;
 	// everything else always listens on 127.0.0.1.
 	ListenerIP string
-	// StreamIdleTimeout is the HCM stream_idle_timeout (zero: Envoy's
-	// default, 5 min).
+	// StreamIdleTimeout is the HCM stream_idle_timeout (zero:
+	// DefaultStreamIdleTimeout).
 	StreamIdleTimeout time.Duration
+	// RequestTimeout is the HCM request_timeout (zero: DefaultRequestTimeout).
+	RequestTimeout time.Duration
 	// WasmFile is a prebuilt module to load. Default: PluginPackage built
 	// with e2e/wasmbuild (cached, so only the first stack of a run builds).
 	WasmFile string

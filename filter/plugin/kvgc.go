@@ -52,16 +52,7 @@ func (l *kvLedger) cleared(id string) { delete(l.held, id); l.dirty = true }
 // tick refreshes this VM's heartbeat and ledger and collects the flags of
 // silent VMs. It returns how many flags it collected.
 func (l *kvLedger) tick(now time.Time) int {
-	if l.dirty {
-		ids := make([]string, 0, len(l.held))
-		for id := range l.held {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		if overwrite(l.store, l.ledgerKey(l.instance), encodeIDs(ids)) == nil {
-			l.dirty = false
-		}
-	}
+	l.flush(now)
 	if now.Sub(l.lastBeat) < kvBeatEvery {
 		return 0
 	}
@@ -104,6 +95,35 @@ func (l *kvLedger) tick(now time.Time) int {
 		_ = overwrite(l.store, l.ledgerKey(inst), nil)
 	}
 	return collected
+}
+
+// flush writes this VM's ledger if it changed, after registering the VM if
+// it never beat. Flags are written only after the ledger that names them, so
+// a VM that traps between the two, even before its first tick, leaves nothing
+// another VM cannot collect.
+func (l *kvLedger) flush(now time.Time) {
+	if !l.dirty {
+		return
+	}
+	if l.lastBeat.IsZero() {
+		l.updateRegistry(func(reg []vmBeat) []vmBeat {
+			for i := range reg {
+				if reg[i].instance == l.instance {
+					reg[i].beat = now.UnixMilli()
+					return reg
+				}
+			}
+			return append(reg, vmBeat{l.instance, now.UnixMilli()})
+		})
+	}
+	ids := make([]string, 0, len(l.held))
+	for id := range l.held {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	if overwrite(l.store, l.ledgerKey(l.instance), encodeIDs(ids)) == nil {
+		l.dirty = false
+	}
 }
 
 func (l *kvLedger) ledgerKey(instance uint64) string {

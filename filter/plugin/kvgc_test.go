@@ -71,6 +71,25 @@ func TestKVLedgerClearedFlagsLeaveTheLedger(t *testing.T) {
 	}
 }
 
+// TestKVLedgerBeforeFirstTick: a VM that writes flags and traps before its
+// first tick has registered itself and written its ledger with the flags
+// (flush runs before the flags are written), so another VM collects them.
+func TestKVLedgerBeforeFirstTick(t *testing.T) {
+	store := lb.NewMemStore()
+	t0 := time.Unix(1_700_000_000, 0)
+	a, b := newKVLedger(store, 0xa), newKVLedger(store, 0xb)
+	a.wrote("x")
+	a.flush(t0)
+	if err := overwrite(store, kvFlagPrefix+"x", []byte{1, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	// A traps here: it never ticks.
+	b.tick(t0)
+	if n := b.tick(t0.Add(kvStaleAfter + 2*time.Second)); n != 1 || len(flag(t, store, "x")) != 0 {
+		t.Fatalf("collected %d flags, flag now %v", n, flag(t, store, "x"))
+	}
+}
+
 func mustGet(t *testing.T, store lb.Store, key string) []byte {
 	t.Helper()
 	v, _, err := store.Get(key)

@@ -422,7 +422,15 @@ func (w *kvWaiter) onPoll(ids []string, a callAnswer) {
 		return
 	}
 	w.backoff = 0
-	gjson.GetBytes(a.body, "ready").ForEach(func(_, v gjson.Result) bool {
+	ready := gjson.GetBytes(a.body, "ready")
+	ready.ForEach(func(_, v gjson.Result) bool {
+		if id := v.Get("req_id").String(); w.entries[id] != nil && v.Get("count").Int() > 0 {
+			w.ledger.wrote(id)
+		}
+		return true
+	})
+	w.ledger.flush(now) // the ledger names a flag before the flag exists (kvgc.go)
+	ready.ForEach(func(_, v gjson.Result) bool {
 		id, count := v.Get("req_id").String(), v.Get("count").Int()
 		e, ok := w.entries[id]
 		if !ok || count <= 0 {
@@ -433,7 +441,6 @@ func (w *kvWaiter) onPoll(ids []string, a callAnswer) {
 		if err := overwrite(w.r.store, kvFlagPrefix+id, flag[:]); err != nil {
 			abi.LogWarnf("pdroute: write KV flag %s: %v", id, err)
 		}
-		w.ledger.wrote(id)
 		if w.ready(e.s) {
 			e.complete = true
 			w.r.asStream(e.s, e.s.onKVReady)

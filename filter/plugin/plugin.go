@@ -42,16 +42,23 @@ func PanicReply(panicValue any) (uint32, []byte) {
 	return uint32(status), body
 }
 
-type vmContext struct{ types.DefaultVMContext }
+type vmContext struct {
+	types.DefaultVMContext
+	// owner names this VM in the balancers' shared in-flight counts, the same
+	// for every root and configuration of the VM (a new VM draws a new one),
+	// so counts of a VM that trapped expire (lb.Balancer.SetOwner).
+	owner uint64
+}
 
-func (*vmContext) NewPluginContext(id uint32) types.PluginContext {
-	return &rootContext{id: id, streams: map[uint32]*stream{}}
+func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
+	return &rootContext{id: id, vm: v, streams: map[uint32]*stream{}}
 }
 
 // rootContext is one plugin configuration on one VM.
 type rootContext struct {
 	types.DefaultPluginContext
 	id  uint32
+	vm  *vmContext
 	cfg *config.Config
 	// method is cfg.TokenMethod parsed once.
 	method tokenest.Method
@@ -140,6 +147,13 @@ func (r *rootContext) start(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	if r.vm != nil {
+		if r.vm.owner == 0 {
+			r.vm.owner = r.rng.Uint64() | 1
+		}
+		r.prefill.SetOwner(r.vm.owner, lb.DefaultOwnerTTL)
+		r.decode.SetOwner(r.vm.owner, lb.DefaultOwnerTTL)
+	}
 	r.cfg, r.method = cfg, method
 	r.tools = tokenest.NewCache(toolCacheBytes)
 	r.m = defineMetrics(cfg.Mode)
@@ -166,6 +180,13 @@ func (r *rootContext) setTick() error {
 
 func (r *rootContext) OnTick() {
 	now := time.Now()
+	// Keep this VM's in-flight counts alive and drop those of VMs that
+	// stopped (one read per pool; a write every DefaultOwnerTTL/4 at most).
+	for _, b := range [2]*lb.Balancer{r.prefill, r.decode} {
+		if err := b.Heartbeat(now); err != nil {
+			abi.LogDebugf("pdroute: in-flight heartbeat: %v", err)
+		}
+	}
 	r.scrape.tick(r, now)
 	if r.kv != nil {
 		r.kv.tick(now)

@@ -29,6 +29,7 @@ const (
 var envoyFilterTypes = map[string]string{
 	"CLUSTER":          "envoy.config.cluster.v3.Cluster",
 	"LISTENER":         "envoy.config.listener.v3.Listener",
+	"NETWORK_FILTER":   "envoy.config.listener.v3.Filter",
 	"HTTP_ROUTE":       routeType,
 	"HTTP_FILTER":      httpFilterType,
 	"EXTENSION_CONFIG": "envoy.config.core.v3.TypedExtensionConfig",
