@@ -41,7 +41,9 @@ func drive(t *testing.T, e *Engine, arrivals []arrival) {
 	t.Fatal("engine did not finish")
 }
 
-func text(tokens int, fill string) string { return strings.Repeat(fill, tokens*BytesPerToken/len(fill)) }
+func text(tokens int, fill string) string {
+	return strings.Repeat(fill, tokens*BytesPerToken/len(fill))
+}
 
 func req(kind Kind, prompt, out int, txt string, bs int) *Request {
 	return &Request{Kind: kind, PromptTokens: prompt, OutputTokens: out, Hashes: BlockHashes(txt, bs, prompt/bs)}
@@ -117,8 +119,8 @@ func TestEngineTimeline(t *testing.T) {
 		// Second: all 8 cached, transfer 5 ms, decode 11 ms.
 		first: []time.Duration{24 * ms, 116 * ms}, finish: []time.Duration{24 * ms, 116 * ms}, cached: []int{0, 8},
 	}, {
-		name: "prefill only: one token",
-		reqs: []arrival{{0, req(PrefillOnly, 8, 50, text(8, "abcd"), 4)}},
+		name:  "prefill only: one token",
+		reqs:  []arrival{{0, req(PrefillOnly, 8, 50, text(8, "abcd"), 4)}},
 		first: []time.Duration{18 * ms}, finish: []time.Duration{18 * ms}, cached: []int{0},
 	}}
 	for _, tc := range tests {
