@@ -9,7 +9,7 @@ import (
 // text in fixed-size pieces (BlockSize × BytesPerToken bytes) makes two
 // prompts that share a text prefix share the hashes of the blocks inside it,
 // whatever follows, which is what a token-level prefix cache sees.
-const BytesPerToken = 4
+const BytesPerToken = 5
 
 // BlockHashes returns the chained hashes of text's full blocks: hash i covers
 // bytes [0, (i+1) × blockSize × BytesPerToken), so equal hashes mean equal
