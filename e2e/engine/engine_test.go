@@ -186,9 +186,11 @@ func TestRejectsWhatCannotFit(t *testing.T) {
 }
 
 func TestBlockHashesChain(t *testing.T) {
-	a := BlockHashes("0123456789abcdefXXXXXXXXXXXXXXXX", 4, 0)
-	b := BlockHashes("0123456789abcdefYYYYYYYYYYYYYYYY", 4, 0)
-	c := BlockHashes("Z123456789abcdefXXXXXXXXXXXXXXXX", 4, 0)
+	x, y := strings.Repeat("X", 4*BytesPerToken), strings.Repeat("Y", 4*BytesPerToken)
+	head := strings.Repeat("0123", BytesPerToken)
+	a := BlockHashes(head+x, 4, 0)
+	b := BlockHashes(head+y, 4, 0)
+	c := BlockHashes("Z"+head[1:]+x, 4, 0)
 	if len(a) != 2 || a[0] != b[0] || a[1] == b[1] || c[1] == a[1] {
 		t.Fatalf("a %x b %x c %x", a, b, c)
 	}
@@ -199,5 +201,30 @@ func TestProfilesValid(t *testing.T) {
 		if err := p.Validate(); err != nil || p.Name != name {
 			t.Errorf("%s: %v (name %q)", name, err, p.Name)
 		}
+	}
+}
+
+func TestLiveFollowsTheModel(t *testing.T) {
+	p := small()
+	l, err := NewLive(p, 0.5) // twice as fast as the model
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := req(Full, 8, 3, text(8, "abcd"), 4)
+	start := time.Now()
+	var kinds []EventKind
+	for ev := range l.Submit(r) {
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == Done {
+			break
+		}
+	}
+	// Model: first token at 18 ms, done at 40 ms; at scale 0.5, 20 ms of wall time.
+	if el := time.Since(start); el < 19*time.Millisecond {
+		t.Errorf("done after %v of wall time, want at least 20ms", el)
+	}
+	if len(kinds) != 4 || kinds[0] != FirstToken || kinds[3] != Done {
+		t.Errorf("events %v", kinds)
 	}
 }
