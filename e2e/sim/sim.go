@@ -185,6 +185,9 @@ type Result struct {
 	SimulatedSeconds float64 `json:"simulated_s"`
 }
 
+// ttftHook, when set (tests), sees every TTFT in milliseconds.
+var ttftHook func(ms float64)
+
 // epoch is the wall-clock time the simulated clock starts at, for lb.
 var epoch = time.Unix(1_700_000_000, 0)
 
@@ -291,7 +294,11 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 			case isPrefill:
 				// The prefill's own first token is not the client's.
 			case ev.Kind == engine.FirstToken:
-				ttft = append(ttft, float64(ev.At-f.arrive)/float64(time.Millisecond))
+				ms := float64(ev.At-f.arrive) / float64(time.Millisecond)
+				ttft = append(ttft, ms)
+				if ttftHook != nil {
+					ttftHook(ms)
+				}
 				f.lastTok = ev.At
 				_ = f.decLease.Report(T(ev.At), lb.Success)
 			case ev.Kind == engine.Token:

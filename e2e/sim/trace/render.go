@@ -118,6 +118,7 @@ type chatBody struct {
 	Model     string        `json:"model"`
 	Messages  []chatMessage `json:"messages"`
 	MaxTokens int           `json:"max_tokens"`
+	IgnoreEOS bool          `json:"ignore_eos"`
 	Stream    bool          `json:"stream"`
 }
 
@@ -125,12 +126,14 @@ type completionBody struct {
 	Model     string `json:"model"`
 	Prompt    string `json:"prompt"`
 	MaxTokens int    `json:"max_tokens"`
+	IgnoreEOS bool   `json:"ignore_eos"`
 	Stream    bool   `json:"stream"`
 }
 
 // Body renders the request as a client sends it: a streaming chat request
 // with one message per segment, or a completion whose prompt is the
-// segments joined by newlines.
+// segments joined by newlines. ignore_eos (vLLM's sampling parameter) makes
+// the answer exactly output_tokens long, as benchmark clients do.
 func (r *Renderer) Body(req *Request) []byte {
 	var v any
 	if req.API == "completions" {
@@ -138,13 +141,13 @@ func (r *Renderer) Body(req *Request) []byte {
 		for i, s := range req.Segments {
 			parts[i] = r.Text(s)
 		}
-		v = completionBody{Model: Model, Prompt: strings.Join(parts, "\n"), MaxTokens: req.OutputTokens, Stream: true}
+		v = completionBody{Model: Model, Prompt: strings.Join(parts, "\n"), MaxTokens: req.OutputTokens, IgnoreEOS: true, Stream: true}
 	} else {
 		msgs := make([]chatMessage, len(req.Segments))
 		for i, s := range req.Segments {
 			msgs[i] = chatMessage{Role: s.Role, Content: r.Text(s)}
 		}
-		v = chatBody{Model: Model, Messages: msgs, MaxTokens: req.OutputTokens, Stream: true}
+		v = chatBody{Model: Model, Messages: msgs, MaxTokens: req.OutputTokens, IgnoreEOS: true, Stream: true}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
