@@ -23,6 +23,7 @@ func Compare(workloads []Workload, setups []Setup, seed uint64, boundMs float64,
 	type job struct {
 		trace *Prepared
 		setup *Setup
+		rate  float64
 		out   *Result
 	}
 	var jobs []job
@@ -33,7 +34,7 @@ func Compare(workloads []Workload, setups []Setup, seed uint64, boundMs float64,
 		for _, rate := range w.Rates {
 			scaled := w.Trace.Scaled(rate / base)
 			for i := range setups {
-				jobs = append(jobs, job{trace: scaled, setup: &setups[i]})
+				jobs = append(jobs, job{trace: scaled, setup: &setups[i], rate: rate})
 			}
 		}
 	}
@@ -59,6 +60,7 @@ func Compare(workloads []Workload, setups []Setup, seed uint64, boundMs float64,
 			defer wg.Done()
 			for j := range next {
 				r, err := Run(j.setup, j.trace, seed)
+				r.Rate = j.rate // the rate asked for, not its float round trip
 				*j.out = r
 				mu.Lock()
 				done++
