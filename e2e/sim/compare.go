@@ -16,10 +16,14 @@ type Workload struct {
 	Rates []float64
 }
 
+// Bounds define the knees: TTFT p90 under TTFTP90Ms, and for the joint
+// knee (when ITLP99Ms > 0) ITL p99 under ITLP99Ms too.
+type Bounds struct{ TTFTP90Ms, ITLP99Ms float64 }
+
 // Compare runs every setup on every workload at every rate, on up to
 // workers goroutines (0: GOMAXPROCS), printing progress to progress (may be
 // nil). Results are in a fixed order and do not depend on workers.
-func Compare(workloads []Workload, setups []Setup, seed uint64, boundMs float64, workers int, progress io.Writer) (*Report, error) {
+func Compare(workloads []Workload, setups []Setup, seed uint64, bounds Bounds, workers int, progress io.Writer) (*Report, error) {
 	type job struct {
 		trace *Prepared
 		setup *Setup
@@ -86,7 +90,7 @@ func Compare(workloads []Workload, setups []Setup, seed uint64, boundMs float64,
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	rep := &Report{Seed: seed, TTFTBoundMs: boundMs, Results: results}
+	rep := &Report{Seed: seed, TTFTBoundMs: bounds.TTFTP90Ms, ITLBoundMs: bounds.ITLP99Ms, Results: results}
 	if len(setups) > 0 {
 		rep.Profile = setups[0].Profile.Name
 	}

@@ -96,3 +96,23 @@ func TestMatrixParsesAndIsUnique(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRun is the simulator's own speed: one configuration on the mixed
+// workload (600 requests at 12 req/s, 2P6D, threshold 2048, power of two).
+func BenchmarkRun(b *testing.B) {
+	w, _ := trace.Lookup("mix")
+	reqs, _ := w.Generate(trace.Load{Rate: 12, Requests: 600, Seed: 1})
+	p := Prepare("mix", reqs, engine.Profiles[engine.DefaultProfile].BlockSize)
+	s, err := Variant{Shape{2, 6}, 2048, config.PowerOfTwo}.Setup(engine.Profiles[engine.DefaultProfile])
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Warm([]Setup{s})
+	b.ResetTimer()
+	for range b.N {
+		if _, err := Run(&s, p, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(p.Reqs)*b.N)/b.Elapsed().Seconds(), "requests/s")
+}

@@ -49,6 +49,7 @@ func run() error {
 		requests   = flag.Int("requests", 600, "requests per shipped workload")
 		seed       = flag.Uint64("seed", 1, "seed of the generators and balancers")
 		bound      = flag.Float64("ttft-bound-ms", 2000, "TTFT p90 bound defining the knee")
+		itlBound   = flag.Float64("itl-bound-ms", 50, "ITL p99 bound of the joint knee (with the TTFT bound); 0 = no joint knee")
 		workloads  = flag.String("workloads", "", "comma-separated shipped workloads (default all)")
 		keep       = flag.Int("plot-lines", 8, "at most this many configurations per plot (the baselines and the best knees)")
 		workers    = flag.Int("workers", 0, "parallel runs (default GOMAXPROCS)")
@@ -155,7 +156,7 @@ func run() error {
 	}
 	start := time.Now()
 	fmt.Fprintf(os.Stderr, "sim: %d workloads × %d configurations, %d simulated requests, profile %s\n", len(wls), len(setups), n, prof.Name)
-	rep, err := sim.Compare(wls, setups, *seed, *bound, *workers, os.Stderr)
+	rep, err := sim.Compare(wls, setups, *seed, sim.Bounds{TTFTP90Ms: *bound, ITLP99Ms: *itlBound}, *workers, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -175,10 +176,10 @@ func run() error {
 // 8B profile: from light to past the knee of most configurations.
 var defaultRates = map[string][]float64{
 	"tenants": {4, 8, 12, 16, 24, 32},
-	"chat":    {4, 8, 16, 24, 32, 48},
+	"chat":    {8, 16, 32, 64, 96, 128},
 	"agentic": {4, 8, 12, 16, 24, 32},
 	"rag":     {2, 4, 8, 12, 16, 20},
-	"short":   {8, 16, 32, 48, 64, 96},
+	"short":   {16, 32, 64, 128, 192, 256},
 	"mix":     {4, 8, 12, 16, 20, 24},
 }
 
