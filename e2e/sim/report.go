@@ -141,7 +141,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			b.WriteString("| setup | knee (req/s) |\n|---|---:|\n")
 		}
 		setups := r.setups(wl)
-		sort.SliceStable(setups, func(i, j int) bool { return r.knee(wl, setups[i]) > r.knee(wl, setups[j]) })
+		sort.SliceStable(setups, func(i, j int) bool {
+			ki, kj := r.knee(wl, setups[i]), r.knee(wl, setups[j])
+			return ki > kj || ki == kj && r.jointKnee(wl, setups[i]) > r.jointKnee(wl, setups[j])
+		})
 		for _, s := range setups {
 			if r.ITLBoundMs > 0 {
 				fmt.Fprintf(&b, "| %s | %g | %g |\n", s, r.knee(wl, s), r.jointKnee(wl, s))
