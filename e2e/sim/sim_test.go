@@ -116,3 +116,29 @@ func BenchmarkRun(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(p.Reqs)*b.N)/b.Elapsed().Seconds(), "requests/s")
 }
+
+// Compare's figures do not depend on how many runs go in parallel.
+func TestCompareIndependentOfWorkers(t *testing.T) {
+	p := prepared(t, "mix", 120, 4)
+	var setups []Setup
+	for _, v := range Matrix(4)[:6] {
+		setups = append(setups, setup(t, v))
+	}
+	wl := []Workload{{Trace: p, Rates: []float64{4, 8}}}
+	a, err := Compare(wl, setups, 3, Bounds{TTFTP90Ms: 1000, ITLP99Ms: 50}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Compare(wl, setups, 3, Bounds{TTFTP90Ms: 1000, ITLP99Ms: 50}, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.Results {
+		if a.Results[i] != b.Results[i] {
+			t.Fatalf("run %d differs:\n%+v\n%+v", i, a.Results[i], b.Results[i])
+		}
+	}
+	if len(a.Results) != 12 || a.Results[0].Rate != 4 || a.Results[11].Rate != 8 {
+		t.Errorf("results %d, rates %v…%v", len(a.Results), a.Results[0].Rate, a.Results[11].Rate)
+	}
+}
