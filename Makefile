@@ -58,6 +58,7 @@ unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without i
 race: ## the native concurrent code under the race detector
 	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/engine/... ./e2e/envoyemu/...
 	$(GO) test -count=1 -race -run Cache ./tokenest/
+	$(GO) test -count=1 -race -short ./e2e/sim/...
 
 # The routing simulator (docs/SIMULATOR.md): TRACE=my.jsonl runs a trace instead of the
 # shipped workloads, CONFIGS="a.json b.json" compares plugin configurations instead of the
