@@ -169,7 +169,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 // WritePlots writes one PNG per workload into dir: TTFT p90 (log scale)
 // against request rate, one line per setup; with many setups only the
 // `keep` with the highest knees (ties: lowest TTFT p90 at the highest rate)
-// are drawn, so the plot stays readable. It returns the files written.
+// are drawn, always with the never/always baselines, the best threshold
+// configuration and the best joint knee among them, so the plot stays
+// readable. It returns the files written.
 func (r *Report) WritePlots(dir string, keep int) ([]string, error) {
 	var files []string
 	for _, wl := range r.workloads() {
@@ -188,6 +190,25 @@ func (r *Report) WritePlots(dir string, keep int) ([]string, error) {
 		for _, s := range setups {
 			if strings.HasPrefix(s, "never ") && strings.HasSuffix(s, " round_robin") || strings.HasPrefix(s, "always ") && strings.HasSuffix(s, " round_robin") {
 				chosen = append(chosen, s)
+			}
+		}
+		// And the best threshold configuration, so P/D is always on the plot,
+		// and the best under the joint bound.
+		for _, s := range setups {
+			if strings.HasPrefix(s, "t=") {
+				chosen = append(chosen, s)
+				break
+			}
+		}
+		if r.ITLBoundMs > 0 {
+			best := setups[0]
+			for _, s := range setups {
+				if r.jointKnee(wl, s) > r.jointKnee(wl, best) {
+					best = s
+				}
+			}
+			if !contains(chosen, best) {
+				chosen = append(chosen, best)
 			}
 		}
 		for _, s := range setups {
