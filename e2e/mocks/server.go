@@ -537,11 +537,20 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, e *RecordedRe
 		for _, g := range rp.gens {
 			longest = max(longest, len(g.ids))
 		}
-		for range max(longest-1, 0) {
-			if err := next(); err != nil {
-				s.abort(e, true)
-				return err
+		wait := func() error { return sleep(ctx, time.Duration(max(longest-1, 0))*lat.scaled(lat.PerOutputToken)) }
+		if s.live != nil {
+			wait = func() error {
+				for range max(longest-1, 0) {
+					if err := next(); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
+		}
+		if err := wait(); err != nil {
+			s.abort(e, true)
+			return err
 		}
 		s.countGenerated(rp)
 		s.setKVHeaders(w, rp)
