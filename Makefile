@@ -56,8 +56,16 @@ unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without i
 	$(GO) test -count=1 -tags noavx512 -pgo=$(PGO) ./tokenest/...
 
 race: ## the native concurrent code under the race detector
-	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/envoyemu/...
+	$(GO) test -count=1 -race ./lb/... ./hostcalls/... ./e2e/mocks/... ./e2e/engine/... ./e2e/envoyemu/...
 	$(GO) test -count=1 -race -run Cache ./tokenest/
+	$(GO) test -count=1 -race -short ./e2e/sim/...
+
+# The routing simulator (docs/SIMULATOR.md): TRACE=my.jsonl runs a trace instead of the
+# shipped workloads, CONFIGS="a.json b.json" compares plugin configurations instead of the
+# shipped matrix, SIMFLAGS passes more flags (pdroute-sim -h).
+.PHONY: sim
+sim: ## routing simulator: shipped workloads (or TRACE=…, CONFIGS=…) → build/sim/ (table, JSON, plots)
+	$(GO) run ./e2e/sim/cmd/pdroute-sim -out $(BUILD)/sim $(if $(TRACE),-trace $(TRACE)) $(foreach c,$(CONFIGS),-config $(c)) $(SIMFLAGS)
 
 fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 	@./.ci/fuzz-all $(FUZZTIME)

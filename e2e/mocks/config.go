@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 	"time"
+
+	"github.com/pdroute/pdroute/e2e/engine"
 )
 
 // Kind names the engine a Server emulates.
@@ -154,6 +156,14 @@ type Config struct {
 	// Latency is the timing model. Zero fields take DefaultLatency's values; for "no
 	// delay" use 1ns.
 	Latency Latency
+	// Perf, when set, times answers with the engine performance model (e2e/engine)
+	// instead of Latency and MaxConcurrency: continuous batching, chunked prefill, the
+	// prefix cache, KV transfer and queueing, as the routing simulator models them.
+	// Prompt tokens are the mock tokenizer's. Default nil.
+	Perf *engine.Params
+	// PerfScale is wall time per model time: 0.5 answers twice as fast as the
+	// modelled GPU. Default 1.
+	PerfScale float64
 	// RecordLimit bounds the ring of recorded requests behind GET /mock/requests.
 	// Default 256.
 	RecordLimit int

@@ -20,13 +20,19 @@ type metric struct {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	q := s.sched
 	usage := min(float64(q.blocks.Load()+int64(s.leases.blocks()))/float64(s.cfg.KVCacheBlocks), 1)
+	running, waiting := float64(q.running.Load()), float64(q.waiting.Load())
+	if s.live != nil {
+		// The performance model's own batch and queue (Config.Perf).
+		r, w, u := s.live.Stats()
+		running, waiting, usage = float64(r), float64(w), u
+	}
 	var ms []metric
 	labels := fmt.Sprintf(`{model_name=%q,engine="0"}`, s.cfg.Model)
 	if s.cfg.Kind == SGLang {
 		labels = fmt.Sprintf(`{model_name=%q}`, s.cfg.Model)
 		ms = []metric{
-			{"sglang:num_running_reqs", "The number of running requests.", "gauge", float64(q.running.Load())},
-			{"sglang:num_queue_reqs", "The number of requests in the waiting queue.", "gauge", float64(q.waiting.Load())},
+			{"sglang:num_running_reqs", "The number of running requests.", "gauge", running},
+			{"sglang:num_queue_reqs", "The number of requests in the waiting queue.", "gauge", waiting},
 			{"sglang:token_usage", "The token usage.", "gauge", usage},
 			{"sglang:num_decode_transfer_queue_reqs", "The number of requests in the decode transfer queue.", "gauge", float64(q.transferring.Load())},
 			{"sglang:prompt_tokens_total", "Number of prefill tokens processed.", "counter", float64(q.promptTokens.Load())},
@@ -34,8 +40,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		ms = []metric{
-			{"vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", float64(q.running.Load())},
-			{"vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", float64(q.waiting.Load())},
+			{"vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", running},
+			{"vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", waiting},
 			{"vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", usage},
 			{"vllm:prompt_tokens_total", "Number of prefill tokens processed.", "counter", float64(q.promptTokens.Load())},
 			{"vllm:generation_tokens_total", "Number of generation tokens processed.", "counter", float64(q.generationTokens.Load())},

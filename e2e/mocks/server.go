@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pdroute/pdroute/e2e/engine"
 )
 
 // maxBody bounds an inference request body (32 MiB, far above any scenario prompt).
@@ -36,6 +38,7 @@ type Server struct {
 	counters counters
 	faults   *faultSet
 	sched    *scheduler
+	live     *engine.Live // nil unless Config.Perf
 	latMu    sync.Mutex
 	lat      Latency
 
@@ -108,6 +111,12 @@ func Start(cfg Config) (*Server, error) {
 		faults: newFaultSet(cfg.Seed),
 		sched:  newScheduler(cfg.MaxConcurrency),
 		lat:    cfg.Latency,
+	}
+	if cfg.Perf != nil {
+		if s.live, err = engine.NewLive(*cfg.Perf, cfg.PerfScale); err != nil {
+			cancel()
+			return nil, fmt.Errorf("mocks: %w", err)
+		}
 	}
 	s.leases = &leaseTable{ttl: cfg.LeaseDuration, counters: &s.counters}
 	s.kvbuf = &kvBuffer{ttl: cfg.KVBufferTTL}
@@ -208,6 +217,9 @@ func (s *Server) Close() error {
 		s.wg.Wait()
 		if s.notifier != nil {
 			s.notifier.close()
+		}
+		if s.live != nil {
+			s.live.Close()
 		}
 	})
 	return nil
@@ -485,20 +497,33 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, e *RecordedRe
 	if req.stream && !streamStarted {
 		s.startStream(w, rp)
 	}
-	blocks := int64((req.promptTokens() + s.cfg.BlockSize - 1) / s.cfg.BlockSize)
-	release, err := s.sched.acquire(ctx, blocks)
-	if err != nil {
-		s.abort(e, true)
-		return err
-	}
-	defer release()
-	compute := lat.scaled(time.Duration(req.promptTokens()) * lat.PrefillPerToken)
-	if transferred {
-		compute = lat.scaled(lat.TransferredPrefill)
-	}
-	if err := sleep(ctx, compute); err != nil || ctx.Err() != nil {
-		s.abort(e, true)
-		return ctx.Err()
+	// next waits for the next generated token after the first: the per-token pace,
+	// or the performance model's next step.
+	next := func() error { return sleep(ctx, lat.scaled(lat.PerOutputToken)) }
+	if s.live != nil {
+		wait, release, err := s.perfSubmit(ctx, req, rp, transferred)
+		if err != nil {
+			s.abort(e, true)
+			return err
+		}
+		defer release()
+		next = wait
+	} else {
+		blocks := int64((req.promptTokens() + s.cfg.BlockSize - 1) / s.cfg.BlockSize)
+		release, err := s.sched.acquire(ctx, blocks)
+		if err != nil {
+			s.abort(e, true)
+			return err
+		}
+		defer release()
+		compute := lat.scaled(time.Duration(req.promptTokens()) * lat.PrefillPerToken)
+		if transferred {
+			compute = lat.scaled(lat.TransferredPrefill)
+		}
+		if err := sleep(ctx, compute); err != nil || ctx.Err() != nil {
+			s.abort(e, true)
+			return ctx.Err()
+		}
 	}
 	s.sched.promptTokens.Add(int64(req.promptTokens()))
 	if afterPrefill != nil {
@@ -507,13 +532,23 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, e *RecordedRe
 			return err
 		}
 	}
-	perToken := lat.scaled(lat.PerOutputToken)
 	if !req.stream {
 		longest := 0
 		for _, g := range rp.gens {
 			longest = max(longest, len(g.ids))
 		}
-		if err := sleep(ctx, time.Duration(max(longest-1, 0))*perToken); err != nil {
+		wait := func() error { return sleep(ctx, time.Duration(max(longest-1, 0))*lat.scaled(lat.PerOutputToken)) }
+		if s.live != nil {
+			wait = func() error {
+				for range max(longest-1, 0) {
+					if err := next(); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
+		if err := wait(); err != nil {
 			s.abort(e, true)
 			return err
 		}
@@ -534,7 +569,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, e *RecordedRe
 			return errors.New("reset")
 		}
 		if k > 0 {
-			if err := sleep(ctx, perToken); err != nil {
+			if err := next(); err != nil {
 				s.abort(e, true)
 				return err
 			}

@@ -141,6 +141,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 	}
 	proxy, why := chooseProxy(o.proxy)
 	topo := stack.DevTopology(o.mode)
+	if err := applyPerf(&topo, getenv); err != nil {
+		fmt.Fprintln(stderr, "pdroute-dev:", err)
+		return 2
+	}
 	topo.Proxy = proxy
 	topo.LogLevel = "warning"
 	topo.LogSink = stderr

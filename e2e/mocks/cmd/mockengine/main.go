@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 
+	perfengine "github.com/pdroute/pdroute/e2e/engine"
 	"github.com/pdroute/pdroute/e2e/mocks"
 )
 
@@ -84,6 +85,8 @@ func parseFlags(args []string, stderr io.Writer) (mocks.Config, error) {
 	fs.DurationVar(&c.Latency.TransferredPrefill, "transferred-prefill", d.Latency.TransferredPrefill, "time to first token when KV was transferred")
 	fs.DurationVar(&c.Latency.PerOutputToken, "per-output-token", d.Latency.PerOutputToken, "time per generated token")
 	fs.Float64Var(&c.Latency.Slowdown, "slowdown", d.Latency.Slowdown, "multiplies every latency")
+	perf := fs.String("perf", "", "time answers with the engine performance model of this profile (llama-3.1-8b-h100, llama-3.1-70b-h100-tp4) instead of the latencies above")
+	fs.Float64Var(&c.PerfScale, "perf-scale", 1, "with -perf: wall time per model time (0.5 answers twice as fast)")
 	fs.IntVar(&c.RecordLimit, "record-limit", d.RecordLimit, "requests kept for GET /mock/requests")
 	fs.Uint64Var(&c.Seed, "seed", d.Seed, "seed of probabilistic faults")
 	fs.StringVar(&c.EngineID, "engine-id", "", "vllm: remote_engine_id (default a random UUID)")
@@ -105,6 +108,13 @@ func parseFlags(args []string, stderr io.Writer) (mocks.Config, error) {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	c.Kind, c.Role = mocks.Kind(*engine), mocks.Role(*role)
+	if *perf != "" {
+		p, err := perfengine.Profile(*perf)
+		if err != nil {
+			return c, err
+		}
+		c.Perf = &p
+	}
 	c.KVInitAddrs, c.KVAllocAddrs = splitList(*initAddrs), splitList(*allocAddrs)
 	if *verbose {
 		c.Logger = log.New(stderr, "mockengine: ", log.LstdFlags|log.Lmicroseconds)
