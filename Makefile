@@ -69,10 +69,10 @@ pgo: ## regenerate filter/default.pgo from CPU profiles of tokenest's benchmarks
 	./.ci/pgo
 
 demo: build ## start the stack on loopback, send three requests, print what happened
-	$(BUILD)/pdroute-dev -demo
+	$(BUILD)/pdroute-dev -demo -module $(WASM)
 
 dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR)
-	$(BUILD)/pdroute-dev
+	$(BUILD)/pdroute-dev -module $(WASM)
 
 e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)
 	./e2e/envoy/run-e2e-envoy

@@ -4,8 +4,13 @@
 // engines, and kvbridge in lmcache mode. `make dev` runs it; `make demo`
 // runs it with -demo.
 //
-//	pdroute-dev [-proxy emulator|envoy|auto] [-demo]
+//	pdroute-dev [-proxy emulator|envoy|auto] [-demo] [-module FILE]
 //	pdroute-dev -wasm
+//
+// -module runs the given wasm module: make demo and make dev pass
+// build/pdroute.wasm, the module make build produced, so the stack runs
+// what is shipped. Without it the filter is built with e2e/wasmbuild
+// (the pinned toolchain, cached under build/testplugins).
 //
 // The mode comes from PDROUTE_DEV_MODE (nixl, the default; orchestrated,
 // lmcache, sglang) and the listener from PDROUTE_DEV_ADDR (default
@@ -60,6 +65,7 @@ func main() {
 type options struct {
 	demo     bool
 	wasm     bool
+	module   string // a prebuilt wasm module to run
 	proxy    string // emulator, envoy or auto
 	mode     config.Mode
 	listener netip.AddrPort
@@ -71,6 +77,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	var o options
 	fs.BoolVar(&o.demo, "demo", false, "send a short, a long and a streaming long request, explain each, and exit")
 	fs.BoolVar(&o.wasm, "wasm", false, "build the filter module, print its path and exit")
+	fs.StringVar(&o.module, "module", "", "run this wasm module (make demo and make dev: build/pdroute.wasm) instead of building the filter")
 	fs.StringVar(&o.proxy, "proxy", "", `proxy that runs the filter: "emulator" (default), "envoy" (ENVOY_BIN or envoy on PATH, Envoy >= 1.35), or "auto" (envoy if one is found; the default with -demo)`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -153,7 +160,22 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 		topo.ListenerIP = o.listener.Addr().String()
 		topo.ConfigDir = devConfigDir
 	}
-	fmt.Fprintf(stdout, "pdroute-dev: building the filter and starting %s mode (first build takes a minute)...\n", o.mode)
+	if o.module != "" {
+		abs, err := filepath.Abs(o.module)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = os.Stat(abs); err == nil {
+				fmt.Fprintf(stdout, "pdroute-dev: starting %s mode with the module %s (%d bytes)...\n", o.mode, o.module, fi.Size())
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "pdroute-dev: -module:", err)
+			return 1
+		}
+		topo.WasmFile = abs
+	} else {
+		fmt.Fprintf(stdout, "pdroute-dev: building the filter with %s (cached after the first build, which takes a minute) and starting %s mode...\n", wasmbuild.Toolchain, o.mode)
+	}
 	s, err := stack.Start(context.Background(), topo)
 	if err != nil {
 		fmt.Fprintln(stderr, "pdroute-dev:", err)

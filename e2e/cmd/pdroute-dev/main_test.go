@@ -2,15 +2,19 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/e2e/wasmbuild"
 	"github.com/pdroute/pdroute/filter/config"
 )
 
@@ -34,6 +38,7 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad addr", env: map[string]string{addrEnv: "localhost:1"}, error: `PDROUTE_DEV_ADDR="localhost:1": want IP:port`},
 		{name: "stray argument", args: []string{"now"}, error: `unexpected argument "now"`},
 		{name: "wasm only", args: []string{"-wasm"}, want: options{wasm: true, proxy: "emulator", mode: config.ModeNIXL}},
+		{name: "module", args: []string{"-module", "build/pdroute.wasm"}, want: options{module: "build/pdroute.wasm", proxy: "emulator", mode: config.ModeNIXL}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseOptions(tc.args, env(tc.env), io.Discard)
@@ -90,6 +95,42 @@ func TestDemo(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDemoRunsGivenModule: make demo passes build/pdroute.wasm, and the
+// stack runs exactly that file, without building another (issue 31).
+func TestDemoRunsGivenModule(t *testing.T) {
+	t.Setenv("ENVOY_BIN", "/nonexistent/envoy")
+	built, err := wasmbuild.Build(stack.PluginPackage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := filepath.Join(t.TempDir(), "shipped.wasm")
+	if err := os.WriteFile(module, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PDROUTE_WASM_CACHE", t.TempDir()) // a build would land here
+	var out, errs bytes.Buffer
+	if code := run([]string{"-demo", "-proxy", "emulator", "-module", module}, env(nil), &out, &errs, nil); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errs)
+	}
+	if want := fmt.Sprintf("with the module %s (%d bytes)", module, len(b)); !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, &out)
+	}
+	if strings.Contains(out.String(), "first build") {
+		t.Errorf("output speaks of a build:\n%s", &out)
+	}
+	if got, _ := filepath.Glob(filepath.Join(os.Getenv("PDROUTE_WASM_CACHE"), "*")); len(got) != 0 {
+		t.Errorf("built %v though a module was given", got)
+	}
+	var errs2 bytes.Buffer
+	if code := run([]string{"-demo", "-module", filepath.Join(t.TempDir(), "none.wasm")}, env(nil), io.Discard, &errs2, nil); code != 1 || !strings.Contains(errs2.String(), "no such file") {
+		t.Errorf("a missing module: exit %d, %s", code, &errs2)
 	}
 }
 
