@@ -31,7 +31,7 @@ func newMetrics(s *Service) *metrics {
 		}, []string{"result"}),
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvbridge_zmq_connections_total",
-			Help: "ZMQ connections by result: accepted, rejected (peer limit), handshake_failed.",
+			Help: "ZMQ connections by result: accepted (handshake done), rejected (shutting down), handshake_failed, evicted (least recently active peer, closed for a new one at the peer limit), idle_timeout.",
 		}, []string{"result"}),
 	}
 	counter := func(name, help string, v func() float64) prometheus.Collector {
@@ -60,11 +60,13 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.store.stats().waiters) }),
 		gauge("kvbridge_zmq_peers", "ZMQ peer connections open.",
 			func() float64 { return float64(s.recv.peerCount()) }),
+		gauge("kvbridge_zmq_max_peers", "The peer limit (--zmq-max-peers); at it, new connections evict the least recently active peer.",
+			func() float64 { return float64(s.recv.maxPeers) }),
 	)
 	for _, r := range []result{resultReady, resultTimeout, resultCanceled, resultShutdown, resultRejected, resultBad} {
 		m.waits.WithLabelValues(string(r))
 	}
-	for _, r := range []connectionResult{connAccepted, connRejected, connHandshakeFailed} {
+	for _, r := range connectionResults {
 		m.connections.WithLabelValues(string(r))
 	}
 	return m
