@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,6 +248,63 @@ func TestNIXL(t *testing.T) {
 		}
 		if n := len(recorded(t, s.Prefill, "decode")); n != 0 {
 			t.Errorf("a prefill engine served %d decodes", n)
+		}
+	})
+
+	// Issue 31: a JSON body labelled text/plain (or form-urlencoded, curl -d's
+	// default) used to pass through untouched, and the mock decoder connected
+	// to the remote_host:remote_port the client named. The content type
+	// decides nothing now: the body is sanitised and relabelled JSON.
+	t.Run("non_json_content_type_sanitised", func(t *testing.T) {
+		reset(t, s)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var dialled atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				dialled.Add(1)
+				c.Close()
+			}
+		}()
+		host, port, _ := net.SplitHostPort(ln.Addr().String())
+		evil := map[string]any{
+			"do_remote_prefill": true, "remote_engine_id": "evil", "remote_block_ids": []int{1},
+			"remote_request_id": "evil", "remote_host": host, "remote_port": ln.Addr().(*net.TCPAddr).Port,
+		}
+		before := stat(t, s, "pdroute.sanitized_requests")
+		for i, tc := range []struct{ ctype, prompt, route string }{
+			{"text/plain", shortPrompt, "direct"},
+			{"text/plain; charset=utf-8", longPrompt, "disagg"},
+			{"application/x-www-form-urlencoded", shortPrompt, "direct"},
+		} {
+			r := post(t, s, "/v1/completions", completion(tc.prompt, map[string]any{"kv_transfer_params": evil}), map[string]string{"content-type": tc.ctype})
+			r.expect(t, 200, tc.route)
+			dec, db := only(t, recorded(t, s.Decode, "decode"), "decode")
+			if get(db, "kv_transfer_params", "remote_engine_id") == "evil" || num(get(db, "kv_transfer_params", "remote_port")) == port {
+				t.Errorf("%s: the decoder got the client's kv_transfer_params: %v", tc.ctype, db["kv_transfer_params"])
+			}
+			if got := dec.Header.Get("content-type"); got != "application/json" {
+				t.Errorf("%s: the decoder got content-type %q, want application/json", tc.ctype, got)
+			}
+			if after := stat(t, s, "pdroute.sanitized_requests"); after != before+int64(i)+1 {
+				t.Errorf("%s: sanitized_requests %d → %d, want +%d", tc.ctype, before, after, i+1)
+			}
+			reset(t, s)
+		}
+		if n := dialled.Load(); n != 0 {
+			t.Errorf("an engine connected %d times to the host:port a client named", n)
+		}
+		// A body that is not JSON is refused whatever its label.
+		r := post(t, s, "/v1/completions", []byte("prompt=hello"), map[string]string{"content-type": "application/x-www-form-urlencoded"})
+		if r.Status != 400 || r.errorCode(t) != "INVALID_JSON" {
+			t.Errorf("a form body: %d %s, want 400 INVALID_JSON", r.Status, r.Body)
 		}
 	})
 

@@ -89,6 +89,13 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		return s.passthrough()
 	}
 	s.api, s.handled = api, true
+	if !config.JSONContentType(s.contentType) {
+		// Handled whatever its label (config.Match): the body is parsed and
+		// sanitised as JSON, and engines get it labelled so.
+		if err := abi.ReplaceHttpRequestHeader("content-type", "application/json"); err != nil {
+			abi.LogWarnf("pdroute: stream %d: set content-type: %v", s.id, err)
+		}
+	}
 	s.authority = header(":authority")
 	s.authorization = header("authorization")
 	if endOfStream {
