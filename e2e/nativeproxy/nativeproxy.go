@@ -161,7 +161,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x := &exchange{p: p, w: w, r: r, req: req, body: body, reqID: reqID, tokens: tokens, decode: dec}
-	if cfg.Decide(r.Method, r.URL.Path, r.Header.Get("content-type"), tokens) != config.Disaggregate {
+	if cfg.Decide(r.Method, r.URL.Path, r.Header.Get("content-type"), tokens) != config.Disaggregate ||
+		connector.Disaggregable(cfg.Mode, req) != nil {
 		x.toDecoder(req.Direct(), "direct")
 		return
 	}

@@ -251,6 +251,31 @@ func TestNIXL(t *testing.T) {
 		}
 	})
 
+	// Issue 31: a batched completion over the threshold used to get the
+	// prefill's 400 ("batched prompts are not supported"); a decoder serves
+	// it whole, as in lmcache mode.
+	t.Run("batched_completions_direct", func(t *testing.T) {
+		reset(t, s)
+		ids := make([]int, 600)
+		for i := range ids {
+			ids[i] = 100 + i
+		}
+		for _, prompt := range []any{[]string{longPrompt, longPrompt}, [][]int{ids, ids}} {
+			body, _ := json.Marshal(map[string]any{"model": "mock-model", "max_tokens": 4, "prompt": prompt})
+			r := post(t, s, "/v1/completions", body, nil)
+			r.expect(t, 200, "direct")
+			if n, _ := strconv.Atoi(r.Header.Get("x-pdroute-tokens")); n < stack.DefaultThreshold {
+				t.Errorf("estimated %d tokens: the batch is not over the threshold (%d)", n, stack.DefaultThreshold)
+			}
+			if choices, _ := r.JSON(t)["choices"].([]any); len(choices) != 2 {
+				t.Errorf("%d choices, want 2: %s", len(choices), r.Body)
+			}
+		}
+		if n := len(recorded(t, s.Prefill, "")); n != 0 {
+			t.Errorf("prefill engines got %d requests for batches", n)
+		}
+	})
+
 	// Issue 31: a JSON body labelled text/plain (or form-urlencoded, curl -d's
 	// default) used to pass through untouched, and the mock decoder connected
 	// to the remote_host:remote_port the client named. The content type

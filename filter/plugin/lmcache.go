@@ -49,16 +49,6 @@ type lmcacheStream struct {
 	firstSent   bool
 }
 
-// lmcacheEligible: requests lmcache cannot rewrite (batches, media, tools,
-// max_tokens ≤ 1, …) are served directly by a decoder.
-func (s *stream) lmcacheEligible(req connector.Request) bool {
-	if err := connector.LMCacheCheck(req); err != nil {
-		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
-		return false
-	}
-	return true
-}
-
 func (s *stream) startLMCache(req connector.Request) types.Action {
 	var random [16]byte
 	_ = abi.RandomBytes(random[:]) // host randomness; see abi.RandomBytes

@@ -214,7 +214,9 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 	if !s.pickDecode(body) {
 		return types.ActionPause
 	}
-	if s.cfg().Mode == config.ModeLMCache && !s.lmcacheEligible(req) {
+	if err := connector.Disaggregable(s.cfg().Mode, req); err != nil {
+		// batches in nixl mode, media or tools in lmcache mode…: a decoder serves them whole
+		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
 		s.toDecoder(req.Direct(), pathDirect)
 		return types.ActionContinue
 	}
