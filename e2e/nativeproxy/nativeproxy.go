@@ -166,6 +166,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.toDecoder(req.Direct(), "direct")
 		return
 	}
+	if err := connector.CheckDecode(cfg.Mode, req); err != nil {
+		engine := apierr.VLLM
+		if cfg.Mode == config.ModeSGLang {
+			engine = apierr.SGLang
+		}
+		p.finish(dec, false)
+		status, answer := apierr.EngineBadRequest(engine, err.Error())
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(status)
+		w.Write(answer)
+		return
+	}
 	x.disaggregate()
 }
 

@@ -251,6 +251,33 @@ func TestNIXL(t *testing.T) {
 		}
 	})
 
+	// Issue 31: what the decoder certainly refuses used to cost a full
+	// prefill first (rewritten to max_tokens 1, stream false), then the
+	// decoder's 400. It is refused before the prefill, in vLLM's shape.
+	t.Run("refused_before_prefill", func(t *testing.T) {
+		reset(t, s)
+		for _, tc := range []struct {
+			extra map[string]any
+			msg   string
+		}{
+			{map[string]any{"max_tokens": 0}, "max_tokens must be at least 1, got 0."},
+			{map[string]any{"stream": "maybe"}, `stream: Input should be a valid boolean, got "maybe"`},
+			{map[string]any{"max_tokens": 2.5}, "max_tokens: Input should be a valid integer, got 2.5"},
+		} {
+			r := post(t, s, "/v1/completions", completion(longPrompt, tc.extra), nil)
+			e, _ := r.JSON(t)["error"].(map[string]any)
+			if r.Status != 400 || e["type"] != "BadRequestError" || e["code"] != 400.0 || e["message"] != tc.msg {
+				t.Errorf("%v: %d %s, want 400 BadRequestError %q", tc.extra, r.Status, r.Body, tc.msg)
+			}
+			jsonContentType(t, r)
+		}
+		if n := len(recorded(t, s.Engines(), "")); n != 0 {
+			t.Errorf("engines got %d requests for requests the decoder refuses", n)
+		}
+		// (What vLLM's lax parsing accepts, "max_tokens":"4", is not refused:
+		// TestCheckDecode. The mocks parse strictly and would refuse it.)
+	})
+
 	// Issue 31: a batched completion over the threshold used to get the
 	// prefill's 400 ("batched prompts are not supported"); a decoder serves
 	// it whole, as in lmcache mode.

@@ -93,3 +93,34 @@ func Response(k Kind, detail string) (status int, body []byte) {
 	body = append(body, `"}}`...)
 	return s.status, body
 }
+
+// Engine names whose error shape EngineBadRequest copies.
+type Engine uint8
+
+// The engines.
+const (
+	// VLLM: {"error":{"message","type":"BadRequestError","param":null,"code":400}},
+	// the shape of vLLM's ErrorResponse (nixl, orchestrated and lmcache modes).
+	VLLM Engine = iota
+	// SGLang: {"object":"error","message","type":"BadRequestError","param":null,"code":400}.
+	SGLang
+)
+
+// EngineBadRequest returns the 400 answer an engine gives to a request it
+// refuses, in that engine's shape, for requests pdroute refuses on the
+// engine's behalf (connector.CheckDecode): the client sees what it would
+// have seen without pdroute, only sooner.
+func EngineBadRequest(e Engine, message string) (status int, body []byte) {
+	body = make([]byte, 0, 96+len(message))
+	if e == SGLang {
+		body = append(body, `{"object":"error","message":`...)
+	} else {
+		body = append(body, `{"error":{"message":`...)
+	}
+	body = gjson.AppendJSONString(body, message)
+	body = append(body, `,"type":"BadRequestError","param":null,"code":400}`...)
+	if e != SGLang {
+		body = append(body, '}')
+	}
+	return 400, body
+}

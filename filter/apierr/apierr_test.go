@@ -83,3 +83,25 @@ func BenchmarkResponse(b *testing.B) {
 		Response(PrefillFailed, "prefill-1 answered 503")
 	}
 }
+
+func TestEngineBadRequestGolden(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		engine Engine
+	}{{"engine_bad_request_vllm", VLLM}, {"engine_bad_request_sglang", SGLang}} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := EngineBadRequest(tt.engine, "stream: Input should be a valid boolean, got \"maybe\"")
+			if status != 400 || !gjson.ValidBytes(body) {
+				t.Fatalf("%d %s", status, body)
+			}
+			msg := "message"
+			if tt.engine == VLLM {
+				msg = "error.message"
+			}
+			if got := gjson.GetBytes(body, msg).String(); got != `stream: Input should be a valid boolean, got "maybe"` {
+				t.Errorf("%s = %q", msg, got)
+			}
+			golden(t, filepath.Join("testdata", tt.name+".json"), body)
+		})
+	}
+}

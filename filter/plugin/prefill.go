@@ -224,3 +224,16 @@ func (s *stream) reread() (connector.Request, bool) {
 	}
 	return s.index(body)
 }
+
+// refuse answers a request the decode engine would certainly refuse
+// (connector.CheckDecode) with the 400 that engine gives, before any prefill
+// runs for it.
+func (s *stream) refuse(err error) {
+	engine := apierr.VLLM
+	if s.cfg().Mode == config.ModeSGLang {
+		engine = apierr.SGLang
+	}
+	status, body := apierr.EngineBadRequest(engine, err.Error())
+	abi.LogDebugf("pdroute: stream %d (request %s): refused before the prefill: %v", s.id, s.reqID, err)
+	s.reply(status, [][2]string{{"content-type", "application/json"}}, body)
+}

@@ -220,6 +220,10 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 		s.toDecoder(req.Direct(), pathDirect)
 		return types.ActionContinue
 	}
+	if err := connector.CheckDecode(s.cfg().Mode, req); err != nil {
+		s.refuse(err)
+		return types.ActionPause
+	}
 	if !s.pickPrefill(body) {
 		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
 		if s.afterPrefillFailure(config.PrefillNoEndpoint, "") {
