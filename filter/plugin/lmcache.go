@@ -353,7 +353,9 @@ func (w *kvWaiter) pollOnce(now time.Time, current uint32) bool {
 	body := make([]byte, 0, 64+96*min(len(w.entries), maxIDsPerPoll))
 	body = append(body, `{"wait_ms":`...)
 	body = strconv.AppendInt(body, int64(kvPollWait/time.Millisecond), 10)
-	body = append(body, `,"ids":[`...)
+	// one slice of the stream's wait: kvbridge counts its end as pending, not
+	// timeout (the filter's own kv_wait.timeout counts real timeouts)
+	body = append(body, `,"slice":true,"ids":[`...)
 	var ids []string
 	for id, e := range w.entries {
 		if e.polling || e.complete || e.s.lm.decoding {

@@ -27,7 +27,7 @@ func newMetrics(s *Service) *metrics {
 		}),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvbridge_waits_total",
-			Help: "HTTP wait requests by result: ready, timeout, canceled (client left), shutdown, rejected (too many waiters), bad_request.",
+			Help: "HTTP wait requests by result: ready, timeout, pending (a slice of a longer wait ended with ids pending; the caller polls again), canceled (client left), shutdown, rejected (too many waiters), bad_request.",
 		}, []string{"result"}),
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvbridge_zmq_connections_total",
@@ -63,7 +63,7 @@ func newMetrics(s *Service) *metrics {
 		gauge("kvbridge_zmq_max_peers", "The peer limit (--zmq-max-peers); at it, new connections evict the least recently active peer.",
 			func() float64 { return float64(s.recv.maxPeers) }),
 	)
-	for _, r := range []result{resultReady, resultTimeout, resultCanceled, resultShutdown, resultRejected, resultBad} {
+	for _, r := range []result{resultReady, resultTimeout, resultPending, resultCanceled, resultShutdown, resultRejected, resultBad} {
 		m.waits.WithLabelValues(string(r))
 	}
 	for _, r := range connectionResults {
