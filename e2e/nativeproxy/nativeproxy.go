@@ -173,6 +173,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.finish(dec, false)
 		status, answer := apierr.EngineBadRequest(engine, err.Error())
+		w.Header().Set("x-pdroute-path", "error")
 		w.Header().Set("content-type", "application/json")
 		w.WriteHeader(status)
 		w.Write(answer)
@@ -207,6 +208,7 @@ func (x *exchange) disaggregate() {
 	if outcome != config.PrefillOK {
 		if cfg.OnPrefill(outcome).Kind == config.Relay {
 			x.p.finish(x.decode, false)
+			x.w.Header().Set("x-pdroute-path", "relayed")
 			x.w.Header().Set("content-type", "application/json")
 			x.w.WriteHeader(status)
 			x.w.Write(answer)
@@ -336,6 +338,7 @@ func (p *Proxy) passthrough(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) fail(w http.ResponseWriter, k apierr.Kind, detail string) {
 	status, body := apierr.Response(k, detail)
+	w.Header().Set("x-pdroute-path", "error")
 	w.Header().Set("content-type", apierr.ContentType)
 	w.WriteHeader(status)
 	w.Write(body)

@@ -388,8 +388,8 @@ func TestNIXLFail(t *testing.T) {
 		{"status_500", mocks.Fault{Type: mocks.FaultStatus, Status: 500}, 502, "PREFILL_FAILED", "server_error"},
 		// Envoy answers a reset upstream with its own 503 ("upstream
 		// connect error or disconnect/reset before headers"), which is what
-		// proxy_http_call delivers: a server error, not a call failure.
-		{"reset", mocks.Fault{Type: mocks.FaultReset}, 502, "PREFILL_FAILED", "server_error"},
+		// proxy_http_call delivers; issue 31: it is a reset all the same.
+		{"reset", mocks.Fault{Type: mocks.FaultReset}, 502, "PREFILL_FAILED", "reset"},
 		{"missing_params", mocks.Fault{Type: mocks.FaultMissingParams}, 502, "PREFILL_FAILED", "bad_answer"},
 		{"hang", mocks.Fault{Type: mocks.FaultHang}, 504, "PREFILL_TIMEOUT", "timeout"},
 	} {
@@ -397,9 +397,24 @@ func TestNIXLFail(t *testing.T) {
 			reset(t, s)
 			faults(t, s.Prefill, tc.fault)
 			before := stat(t, s, "pdroute.prefill_failures."+tc.stat)
+			errors := stat(t, s, "pdroute.requests.error")
 			r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
 			if r.Status != tc.status || r.errorCode(t) != tc.code {
 				t.Fatalf("got %d %s, want %d %s", r.Status, r.Body, tc.status, tc.code)
+			}
+			if after := stat(t, s, "pdroute.requests.error"); after != errors+1 {
+				t.Errorf("requests.error %d → %d, want +1", errors, after)
+			}
+			msg, _ := get(r.JSON(t), "error", "message").(string)
+			switch tc.stat {
+			case "timeout":
+				if !strings.Contains(msg, "no answer within 500 ms") || strings.Contains(msg, "answered 504") {
+					t.Errorf("a timeout explained as %q", msg)
+				}
+			case "reset":
+				if !strings.Contains(msg, "reset (Envoy answered 503: upstream connect error") {
+					t.Errorf("a reset explained as %q", msg)
+				}
 			}
 			if get(r.JSON(t), "error", "type") != "server_error" {
 				t.Errorf("error type: %s", r.Body)
@@ -416,9 +431,13 @@ func TestNIXLFail(t *testing.T) {
 		reset(t, s)
 		body := `{"object":"error","message":"mock: bad request","type":"BadRequestError","code":400}`
 		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultStatus, Status: 400, Body: body})
+		relayed := stat(t, s, "pdroute.requests.relayed")
 		r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
 		if r.Status != 400 || string(r.Body) != body {
 			t.Errorf("got %d %s, want the prefill's own 400", r.Status, r.Body)
+		}
+		if after := stat(t, s, "pdroute.requests.relayed"); after != relayed+1 {
+			t.Errorf("requests.relayed %d → %d, want +1", relayed, after)
 		}
 	})
 }
@@ -448,11 +467,16 @@ func TestNIXLNoDecoder(t *testing.T) {
 		}
 	}
 	reset(t, s)
+	errors := stat(t, s, "pdroute.requests.error")
 	for _, body := range [][]byte{completion(shortPrompt, nil), completion(longPrompt, nil)} {
 		r := post(t, s, "/v1/completions", body, nil)
 		if r.Status != 503 || r.errorCode(t) != "DECODE_SERVICE_UNAVAILABLE" {
 			t.Errorf("got %d %s, want 503 DECODE_SERVICE_UNAVAILABLE", r.Status, r.Body)
 		}
+	}
+	// issue 31: these appeared in no requests.* counter
+	if after := stat(t, s, "pdroute.requests.error"); after != errors+2 {
+		t.Errorf("requests.error %d → %d, want +2", errors, after)
 	}
 	if n := len(recorded(t, s.Engines(), "")); n != 0 {
 		t.Errorf("engines got %d requests while no decoder was usable", n)

@@ -392,6 +392,11 @@ func (s *stream) checkBodyWatchdog(now time.Time) {
 // reply sends a local response. It travels back through this stream's own
 // response callbacks, which must not take it for the decoder's answer.
 func (s *stream) reply(status int, headers [][2]string, body []byte) {
+	if s.route == "" {
+		// every request lands in one requests.* counter
+		s.route = pathError
+		s.r.m.requests[pathError].Increment(1)
+	}
 	s.localReply = true
 	s.r.m.localReply(status)
 	if err := abi.SendHttpResponse(uint32(status), headers, body, -1); err != nil {

@@ -201,7 +201,7 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	fmt.Fprintf(w, "  proxy       %s, %d workers\n              (%s)\n", s.ProxyName(), t.Workers, why)
 	fmt.Fprintf(w, "  listener    %s\n", s.URL)
 	fmt.Fprintf(w, "  admin       %s/stats  (pdroute's metrics are wasmcustom.pdroute.*)\n", s.AdminURL)
-	fmt.Fprintf(w, "  debug       %s%s  (balancer state: in-flight counts, health)\n", s.URL, stack.DebugPath)
+	fmt.Fprintf(w, "  debug       %s%s  (balancer state: health, engine stats; in-flight counts for the strategies that keep them)\n", s.URL, stack.DebugPath)
 	for _, e := range s.Engines() {
 		a := e.Addresses
 		extra := ""
