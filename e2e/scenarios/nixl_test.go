@@ -707,3 +707,44 @@ func num(v any) string {
 	}
 	return strconv.FormatInt(int64(f), 10)
 }
+
+// TestDecoderRefuses: a decoder that refuses connections, or resets them
+// before answering, reached clients as Envoy's plain-text 503 (issue 31)
+// until passive health took it out. Every answer is an OpenAI-shaped error
+// now: the filter rewrites Envoy's local reply, keeping its status.
+func TestDecoderRefuses(t *testing.T) {
+	t.Parallel()
+	s := start(t, modeTopology(config.ModeNIXL, map[string]any{
+		"decode": map[string]any{"failure_threshold": 3, "cooldown_ms": 60000},
+	}))
+	t.Run("reset", func(t *testing.T) {
+		faults(t, s.Decode, mocks.Fault{Type: mocks.FaultReset, Kind: "decode"})
+		r := post(t, s, "/v1/completions", completion(shortPrompt, nil), nil)
+		if r.Status != 503 || r.errorCode(t) != "DECODE_UNREACHABLE" {
+			t.Fatalf("got %d %s, want 503 DECODE_UNREACHABLE", r.Status, r.Body)
+		}
+		jsonContentType(t, r)
+		if msg, _ := get(r.JSON(t), "error", "message").(string); !strings.Contains(msg, "upstream connect error or disconnect/reset before headers") {
+			t.Errorf("message %q does not keep Envoy's reason", msg)
+		}
+		reset(t, s)
+	})
+	t.Run("refused", func(t *testing.T) {
+		for _, e := range s.Decode {
+			e.Server.Close()
+		}
+		codes := map[string]int{}
+		for _, body := range [][]byte{completion(shortPrompt, nil), completion(longPrompt, nil), completion(shortPrompt, nil), completion(longPrompt, nil)} {
+			r := post(t, s, "/v1/completions", body, nil)
+			if r.Status != 503 {
+				t.Errorf("got %d %s, want 503", r.Status, r.Body)
+			}
+			jsonContentType(t, r)
+			codes[r.errorCode(t)]++
+		}
+		// until passive health takes both decoders out, then the filter's own 503
+		if codes["DECODE_UNREACHABLE"] == 0 || codes["DECODE_UNREACHABLE"]+codes["DECODE_SERVICE_UNAVAILABLE"] != 4 {
+			t.Errorf("error codes %v: want DECODE_UNREACHABLE, then DECODE_SERVICE_UNAVAILABLE", codes)
+		}
+	})
+}

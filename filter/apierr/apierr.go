@@ -38,6 +38,16 @@ const (
 	KVTimeout
 	// Internal: a bug or an impossible state inside pdroute (500).
 	Internal
+	// DecodeUnreachable: the decode endpoint refused or reset the
+	// connection before answering (503; Envoy's own plain-text answer,
+	// rewritten).
+	DecodeUnreachable
+	// DecodeTimeout: the decode endpoint did not answer within the route's
+	// timeout (504; Envoy's own answer, rewritten).
+	DecodeTimeout
+	// DecodeFailed: the decode leg failed with a 5xx that is not JSON; the
+	// plugin keeps that status and puts the text in the message.
+	DecodeFailed
 )
 
 type shape struct {
@@ -58,6 +68,9 @@ var shapes = [...]shape{
 	PrefillTimeout:    {504, "server_error", "PREFILL_TIMEOUT", "prefill did not answer in time"},
 	KVTimeout:         {504, "server_error", "KV_TRANSFER_TIMEOUT", "KV cache transfer did not complete in time"},
 	Internal:          {500, "server_error", "INTERNAL_ERROR", "internal error in pdroute"},
+	DecodeUnreachable: {503, "server_error", "DECODE_UNREACHABLE", "the decode endpoint could not be reached"},
+	DecodeTimeout:     {504, "server_error", "DECODE_TIMEOUT", "the decode endpoint did not answer in time"},
+	DecodeFailed:      {502, "server_error", "DECODE_FAILED", "the decode endpoint failed"},
 }
 
 func (k Kind) shape() shape {

@@ -3,7 +3,10 @@ package config
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/pdroute/pdroute/filter/apierr"
 )
 
 // EnvoyReply is one of the answers Envoy's router makes itself when an
@@ -85,4 +88,28 @@ func DescribePrefillFailure(o PrefillOutcome, status int, body []byte, timeout t
 		return o.String() + " (prefill answered " + strconv.Itoa(status) + ")"
 	}
 	return o.String()
+}
+
+// PlainErrorResponse reports whether a response to a routed request is a
+// failure clients would get as plain text, not as the OpenAI-shaped JSON
+// they parse: a 5xx whose content-type is not JSON, such as the local reply
+// Envoy's router makes when the decoder refuses or resets the connection
+// (503 "upstream connect error…") or does not answer in time (504). The
+// plugin rewrites its body (DecodeErrorKind).
+func PlainErrorResponse(status int, contentType string) bool {
+	return status >= 500 && status <= 599 && !JSONContentType(contentType) &&
+		!strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream")
+}
+
+// DecodeErrorKind is the error a plain-text failure of the decode leg
+// becomes: unreachable (Envoy's reset or no-host answer), timeout (Envoy's
+// timeout answer), or failed (anything else, its text kept as the detail).
+func DecodeErrorKind(status int, body []byte) apierr.Kind {
+	switch ClassifyEnvoyReply(status, body) {
+	case EnvoyReset, EnvoyNoHost:
+		return apierr.DecodeUnreachable
+	case EnvoyTimeout:
+		return apierr.DecodeTimeout
+	}
+	return apierr.DecodeFailed
 }

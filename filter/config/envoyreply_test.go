@@ -58,3 +58,35 @@ func TestDescribePrefillFailure(t *testing.T) {
 		}
 	}
 }
+
+// Issue 31 item 8: a refusing decoder's plain-text answer becomes an
+// OpenAI-shaped error.
+func TestPlainErrorResponse(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		ct     string
+		want   bool
+	}{
+		{503, "text/plain", true}, {504, "text/plain; charset=utf-8", true}, {500, "", false},
+		{503, "application/json", false}, {502, "text/html", true}, {200, "text/plain", false},
+		{404, "text/plain", false}, {500, "text/event-stream", false},
+	} {
+		if got := PlainErrorResponse(tt.status, tt.ct); got != tt.want {
+			t.Errorf("PlainErrorResponse(%d, %q) = %v", tt.status, tt.ct, got)
+		}
+	}
+	for _, tt := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination", "DECODE_UNREACHABLE"},
+		{503, "no healthy upstream", "DECODE_UNREACHABLE"},
+		{504, "upstream request timeout", "DECODE_TIMEOUT"},
+		{500, "Internal Server Error", "DECODE_FAILED"},
+	} {
+		if got := DecodeErrorKind(tt.status, []byte(tt.body)).Code(); got != tt.want {
+			t.Errorf("DecodeErrorKind(%d, %q) = %s, want %s", tt.status, tt.body, got, tt.want)
+		}
+	}
+}

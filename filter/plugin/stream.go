@@ -64,6 +64,9 @@ type stream struct {
 	decodeReported bool
 	// responseStarted: response headers went on to the client.
 	responseStarted bool
+	// plainError: the status of a plain-text 5xx answer being rewritten
+	// into an OpenAI-shaped error (decodeerr.go).
+	plainError int
 
 	lm *lmcacheStream
 	sg *sglangStream
@@ -418,6 +421,9 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if s.cfg().DebugHeaders && s.route != "" {
 		s.addDebugHeaders()
 	}
+	if !s.localReply && s.decode != nil && s.plainErrorHeaders(endOfStream) {
+		return types.ActionContinue // decodeerr.go
+	}
 	if s.lm != nil && !s.localReply {
 		return s.lmcacheResponseHeaders(endOfStream)
 	}
@@ -429,6 +435,9 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 }
 
 func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if s.plainError != 0 {
+		return s.plainErrorBody(bodySize, endOfStream)
+	}
 	if s.lm != nil && !s.localReply {
 		return s.lmcacheResponseBody(bodySize, endOfStream)
 	}
