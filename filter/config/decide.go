@@ -11,8 +11,8 @@ type Route uint8
 
 // The routes.
 const (
-	// Passthrough: not a request pdroute handles (method, path or content
-	// type); it goes on untouched and unpaused.
+	// Passthrough: not a request pdroute handles (method or path); it goes
+	// on untouched and unpaused.
 	Passthrough Route = iota
 	// Direct: handled, but too short to disaggregate: it goes to a decoder,
 	// which prefills itself.
