@@ -16,7 +16,7 @@ CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cm
         ./e2e/envoy/oci/cmd/wasm-oci
 PGO_CMDS := ./tokenest/cmd/tokest
 
-.PHONY: all build wasm cmds test unit race fuzz lint bench pgo demo dev e2e-envoy oci clean help
+.PHONY: all build wasm cmds test test-start unit race fuzz lint bench pgo demo dev e2e-envoy oci clean help
 
 all: build
 
@@ -48,7 +48,10 @@ lint: ## gofmt, go vet (native and wasm), no local of tokenest moved to the heap
 	  if [ -n "$$out" ]; then echo "tokenest, $$goos/$$goarch with the profile: a local moved to the heap:"; echo "$$out"; exit 1; fi; \
 	done; echo "tokenest: no local moved to the heap (linux/amd64 and wasip1/wasm, with the profile)"
 
-test: lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command); says SKIPPED for real Envoy when there is none
+test: test-start lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command, about 6-10 minutes); says SKIPPED for real Envoy when there is none
+
+test-start:
+	@echo "make test: lint, build, unit and e2e scenarios, race, fuzz, real Envoy if present; about 6-10 minutes on 2 cores"
 
 unit: ## unit, dual native/wasm and e2e scenario tests; tokenest again without its amd64 kernels, and with AVX2 ones only and the profile
 	$(GO) test -count=1 ./...
@@ -77,10 +80,10 @@ pgo: ## regenerate filter/default.pgo from CPU profiles of tokenest's benchmarks
 	./.ci/pgo
 
 demo: build ## start the stack on loopback, send three requests, print what happened
-	$(BUILD)/pdroute-dev -demo
+	$(BUILD)/pdroute-dev -demo -module $(WASM)
 
-dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR)
-	$(BUILD)/pdroute-dev
+dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR=127.0.0.1:10000, PDROUTE_DEV_ADMIN_PORT=9901, PDROUTE_DEV_ENGINE_PORT=8100 (to 8103), PDROUTE_DEV_KVBRIDGE_PORT=7500 (and 7501); 0 = a free port)
+	$(BUILD)/pdroute-dev -module $(WASM)
 
 e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)
 	./e2e/envoy/run-e2e-envoy

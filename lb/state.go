@@ -55,6 +55,15 @@ type EndpointState struct {
 	StatsFresh    bool
 }
 
+// CountsInflight reports whether the pool keeps in-flight counts (its
+// strategy reads them: least_loaded, power_of_two, prefix_affinity);
+// Snapshot's Inflight is always 0 otherwise.
+func (b *Balancer) CountsInflight() bool { return b.cfg.Strategy.countsInflight() }
+
+// CountsRecent reports whether the pool keeps the qps window (qps only);
+// Snapshot's RecentRequests is always 0 otherwise.
+func (b *Balancer) CountsRecent() bool { return b.cfg.Strategy == QPS }
+
 // Snapshot reads the pool's shared state at now, one entry per endpoint in
 // configuration order. Unreadable values read as their zero state.
 func (b *Balancer) Snapshot(now time.Time) []EndpointState {

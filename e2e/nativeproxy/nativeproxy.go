@@ -161,8 +161,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x := &exchange{p: p, w: w, r: r, req: req, body: body, reqID: reqID, tokens: tokens, decode: dec}
-	if cfg.Decide(r.Method, r.URL.Path, r.Header.Get("content-type"), tokens) != config.Disaggregate {
+	if cfg.Decide(r.Method, r.URL.Path, r.Header.Get("content-type"), tokens) != config.Disaggregate ||
+		connector.Disaggregable(cfg.Mode, req) != nil {
 		x.toDecoder(req.Direct(), "direct")
+		return
+	}
+	if err := connector.CheckDecode(cfg.Mode, req); err != nil {
+		engine := apierr.VLLM
+		if cfg.Mode == config.ModeSGLang {
+			engine = apierr.SGLang
+		}
+		p.finish(dec, false)
+		status, answer := apierr.EngineBadRequest(engine, err.Error())
+		w.Header().Set("x-pdroute-path", "error")
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(status)
+		w.Write(answer)
 		return
 	}
 	x.disaggregate()
@@ -194,6 +208,7 @@ func (x *exchange) disaggregate() {
 	if outcome != config.PrefillOK {
 		if cfg.OnPrefill(outcome).Kind == config.Relay {
 			x.p.finish(x.decode, false)
+			x.w.Header().Set("x-pdroute-path", "relayed")
 			x.w.Header().Set("content-type", "application/json")
 			x.w.WriteHeader(status)
 			x.w.Write(answer)
@@ -323,6 +338,7 @@ func (p *Proxy) passthrough(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) fail(w http.ResponseWriter, k apierr.Kind, detail string) {
 	status, body := apierr.Response(k, detail)
+	w.Header().Set("x-pdroute-path", "error")
 	w.Header().Set("content-type", apierr.ContentType)
 	w.WriteHeader(status)
 	w.Write(body)

@@ -105,10 +105,10 @@ func TestFailures(t *testing.T) {
 		path, code  string
 	}{
 		{"500 falls back", "", mocks.Fault{Type: mocks.FaultStatus, Status: 500}, 200, "fallback", ""},
-		{"500 fails", `,"on_prefill_failure":"fail"`, mocks.Fault{Type: mocks.FaultStatus, Status: 500}, 502, "", "PREFILL_FAILED"},
-		{"hang times out", `,"on_prefill_failure":"fail"`, mocks.Fault{Type: mocks.FaultHang}, 504, "", "PREFILL_TIMEOUT"},
-		{"missing params fail", `,"on_prefill_failure":"fail"`, mocks.Fault{Type: mocks.FaultMissingParams}, 502, "", "PREFILL_FAILED"},
-		{"400 is relayed", "", mocks.Fault{Type: mocks.FaultStatus, Status: 400}, 400, "", ""},
+		{"500 fails", `,"on_prefill_failure":"fail"`, mocks.Fault{Type: mocks.FaultStatus, Status: 500}, 502, "error", "PREFILL_FAILED"},
+		{"hang times out", `,"on_prefill_failure":"fail"`, mocks.Fault{Type: mocks.FaultHang}, 504, "error", "PREFILL_TIMEOUT"},
+		{"missing params fail", `,"on_prefill_failure":"fail"`, mocks.Fault{Type: mocks.FaultMissingParams}, 502, "error", "PREFILL_FAILED"},
+		{"400 is relayed", "", mocks.Fault{Type: mocks.FaultStatus, Status: 400}, 400, "relayed", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, pre, _ := setup(t, config.ModeNIXL, tc.extra)

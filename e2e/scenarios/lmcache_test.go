@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,24 @@ func TestLMCache(t *testing.T) {
 			h := kvWaitHistogram(t, s)
 			return h.Count == hist.Count+1 && h.Sum-hist.Sum >= 300, jsonString(h)
 		})
+	})
+
+	// Issue 31: the filter long-polls kvbridge in 2 s slices; a healthy
+	// wait longer than a slice used to count as a kvbridge timeout, the
+	// figure OPERATIONS tells operators to alert on.
+	t.Run("wait_over_a_poll_slice_is_no_timeout", func(t *testing.T) {
+		reset(t, s)
+		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDelay, DelayMS: 2600})
+		before := kvbridgeWaits(t, s)
+		r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
+		r.expect(t, 200, "disagg")
+		if r.kv() != mocks.KVTransferred {
+			t.Errorf("decoder says %q (%s), want transferred", r.kv(), r.Header.Get("x-mock-kv-reason"))
+		}
+		after := kvbridgeWaits(t, s)
+		if after["timeout"] != before["timeout"] || after["pending"] <= before["pending"] {
+			t.Errorf("kvbridge_waits_total %v → %v: want timeout unchanged and pending up", before, after)
+		}
 	})
 
 	t.Run("duplicate_notifications", func(t *testing.T) {
@@ -470,4 +489,23 @@ func closedPort(t testing.TB) int {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	return port
+}
+
+// kvbridgeWaits reads kvbridge_waits_total by result from kvbridge's /metrics.
+func kvbridgeWaits(t testing.TB, s *stack.Stack) map[string]float64 {
+	t.Helper()
+	r, err := send(testCtx(t, controlTimeout), http.MethodGet, "http://"+s.KVBridge.HTTPAddr()+"/metrics", nil, nil)
+	if err != nil || r.Status != 200 {
+		t.Fatalf("kvbridge /metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(r.Body), "\n") {
+		rest, ok := strings.CutPrefix(line, `kvbridge_waits_total{result="`)
+		if !ok {
+			continue
+		}
+		label, value, _ := strings.Cut(rest, `"} `)
+		out[label], _ = strconv.ParseFloat(value, 64)
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,6 +251,115 @@ func TestNIXL(t *testing.T) {
 		}
 	})
 
+	// Issue 31: what the decoder certainly refuses used to cost a full
+	// prefill first (rewritten to max_tokens 1, stream false), then the
+	// decoder's 400. It is refused before the prefill, in vLLM's shape.
+	t.Run("refused_before_prefill", func(t *testing.T) {
+		reset(t, s)
+		for _, tc := range []struct {
+			extra map[string]any
+			msg   string
+		}{
+			{map[string]any{"max_tokens": 0}, "max_tokens must be at least 1, got 0."},
+			{map[string]any{"stream": "maybe"}, `stream: Input should be a valid boolean, got "maybe"`},
+			{map[string]any{"max_tokens": 2.5}, "max_tokens: Input should be a valid integer, got 2.5"},
+		} {
+			r := post(t, s, "/v1/completions", completion(longPrompt, tc.extra), nil)
+			e, _ := r.JSON(t)["error"].(map[string]any)
+			if r.Status != 400 || e["type"] != "BadRequestError" || e["code"] != 400.0 || e["message"] != tc.msg {
+				t.Errorf("%v: %d %s, want 400 BadRequestError %q", tc.extra, r.Status, r.Body, tc.msg)
+			}
+			jsonContentType(t, r)
+		}
+		if n := len(recorded(t, s.Engines(), "")); n != 0 {
+			t.Errorf("engines got %d requests for requests the decoder refuses", n)
+		}
+		// (What vLLM's lax parsing accepts, "max_tokens":"4", is not refused:
+		// TestCheckDecode. The mocks parse strictly and would refuse it.)
+	})
+
+	// Issue 31: a batched completion over the threshold used to get the
+	// prefill's 400 ("batched prompts are not supported"); a decoder serves
+	// it whole, as in lmcache mode.
+	t.Run("batched_completions_direct", func(t *testing.T) {
+		reset(t, s)
+		ids := make([]int, 600)
+		for i := range ids {
+			ids[i] = 100 + i
+		}
+		for _, prompt := range []any{[]string{longPrompt, longPrompt}, [][]int{ids, ids}} {
+			body, _ := json.Marshal(map[string]any{"model": "mock-model", "max_tokens": 4, "prompt": prompt})
+			r := post(t, s, "/v1/completions", body, nil)
+			r.expect(t, 200, "direct")
+			if n, _ := strconv.Atoi(r.Header.Get("x-pdroute-tokens")); n < stack.DefaultThreshold {
+				t.Errorf("estimated %d tokens: the batch is not over the threshold (%d)", n, stack.DefaultThreshold)
+			}
+			if choices, _ := r.JSON(t)["choices"].([]any); len(choices) != 2 {
+				t.Errorf("%d choices, want 2: %s", len(choices), r.Body)
+			}
+		}
+		if n := len(recorded(t, s.Prefill, "")); n != 0 {
+			t.Errorf("prefill engines got %d requests for batches", n)
+		}
+	})
+
+	// Issue 31: a JSON body labelled text/plain (or form-urlencoded, curl -d's
+	// default) used to pass through untouched, and the mock decoder connected
+	// to the remote_host:remote_port the client named. The content type
+	// decides nothing now: the body is sanitised and relabelled JSON.
+	t.Run("non_json_content_type_sanitised", func(t *testing.T) {
+		reset(t, s)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var dialled atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				dialled.Add(1)
+				c.Close()
+			}
+		}()
+		host, port, _ := net.SplitHostPort(ln.Addr().String())
+		evil := map[string]any{
+			"do_remote_prefill": true, "remote_engine_id": "evil", "remote_block_ids": []int{1},
+			"remote_request_id": "evil", "remote_host": host, "remote_port": ln.Addr().(*net.TCPAddr).Port,
+		}
+		before := stat(t, s, "pdroute.sanitized_requests")
+		for i, tc := range []struct{ ctype, prompt, route string }{
+			{"text/plain", shortPrompt, "direct"},
+			{"text/plain; charset=utf-8", longPrompt, "disagg"},
+			{"application/x-www-form-urlencoded", shortPrompt, "direct"},
+		} {
+			r := post(t, s, "/v1/completions", completion(tc.prompt, map[string]any{"kv_transfer_params": evil}), map[string]string{"content-type": tc.ctype})
+			r.expect(t, 200, tc.route)
+			dec, db := only(t, recorded(t, s.Decode, "decode"), "decode")
+			if get(db, "kv_transfer_params", "remote_engine_id") == "evil" || num(get(db, "kv_transfer_params", "remote_port")) == port {
+				t.Errorf("%s: the decoder got the client's kv_transfer_params: %v", tc.ctype, db["kv_transfer_params"])
+			}
+			if got := dec.Header.Get("content-type"); got != "application/json" {
+				t.Errorf("%s: the decoder got content-type %q, want application/json", tc.ctype, got)
+			}
+			if after := stat(t, s, "pdroute.sanitized_requests"); after != before+int64(i)+1 {
+				t.Errorf("%s: sanitized_requests %d → %d, want +%d", tc.ctype, before, after, i+1)
+			}
+			reset(t, s)
+		}
+		if n := dialled.Load(); n != 0 {
+			t.Errorf("an engine connected %d times to the host:port a client named", n)
+		}
+		// A body that is not JSON is refused whatever its label.
+		r := post(t, s, "/v1/completions", []byte("prompt=hello"), map[string]string{"content-type": "application/x-www-form-urlencoded"})
+		if r.Status != 400 || r.errorCode(t) != "INVALID_JSON" {
+			t.Errorf("a form body: %d %s, want 400 INVALID_JSON", r.Status, r.Body)
+		}
+	})
+
 	t.Run("passthrough", func(t *testing.T) {
 		reset(t, s)
 		r, err := send(testCtx(t, 10*time.Second), http.MethodGet, s.URL+"/v1/models", nil, nil)
@@ -278,8 +388,8 @@ func TestNIXLFail(t *testing.T) {
 		{"status_500", mocks.Fault{Type: mocks.FaultStatus, Status: 500}, 502, "PREFILL_FAILED", "server_error"},
 		// Envoy answers a reset upstream with its own 503 ("upstream
 		// connect error or disconnect/reset before headers"), which is what
-		// proxy_http_call delivers: a server error, not a call failure.
-		{"reset", mocks.Fault{Type: mocks.FaultReset}, 502, "PREFILL_FAILED", "server_error"},
+		// proxy_http_call delivers; issue 31: it is a reset all the same.
+		{"reset", mocks.Fault{Type: mocks.FaultReset}, 502, "PREFILL_FAILED", "reset"},
 		{"missing_params", mocks.Fault{Type: mocks.FaultMissingParams}, 502, "PREFILL_FAILED", "bad_answer"},
 		{"hang", mocks.Fault{Type: mocks.FaultHang}, 504, "PREFILL_TIMEOUT", "timeout"},
 	} {
@@ -287,9 +397,24 @@ func TestNIXLFail(t *testing.T) {
 			reset(t, s)
 			faults(t, s.Prefill, tc.fault)
 			before := stat(t, s, "pdroute.prefill_failures."+tc.stat)
+			errors := stat(t, s, "pdroute.requests.error")
 			r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
 			if r.Status != tc.status || r.errorCode(t) != tc.code {
 				t.Fatalf("got %d %s, want %d %s", r.Status, r.Body, tc.status, tc.code)
+			}
+			if after := stat(t, s, "pdroute.requests.error"); after != errors+1 {
+				t.Errorf("requests.error %d → %d, want +1", errors, after)
+			}
+			msg, _ := get(r.JSON(t), "error", "message").(string)
+			switch tc.stat {
+			case "timeout":
+				if !strings.Contains(msg, "no answer within 500 ms") || strings.Contains(msg, "answered 504") {
+					t.Errorf("a timeout explained as %q", msg)
+				}
+			case "reset":
+				if !strings.Contains(msg, "reset (Envoy answered 503: upstream connect error") {
+					t.Errorf("a reset explained as %q", msg)
+				}
 			}
 			if get(r.JSON(t), "error", "type") != "server_error" {
 				t.Errorf("error type: %s", r.Body)
@@ -306,9 +431,13 @@ func TestNIXLFail(t *testing.T) {
 		reset(t, s)
 		body := `{"object":"error","message":"mock: bad request","type":"BadRequestError","code":400}`
 		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultStatus, Status: 400, Body: body})
+		relayed := stat(t, s, "pdroute.requests.relayed")
 		r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
 		if r.Status != 400 || string(r.Body) != body {
 			t.Errorf("got %d %s, want the prefill's own 400", r.Status, r.Body)
+		}
+		if after := stat(t, s, "pdroute.requests.relayed"); after != relayed+1 {
+			t.Errorf("requests.relayed %d → %d, want +1", relayed, after)
 		}
 	})
 }
@@ -338,11 +467,16 @@ func TestNIXLNoDecoder(t *testing.T) {
 		}
 	}
 	reset(t, s)
+	errors := stat(t, s, "pdroute.requests.error")
 	for _, body := range [][]byte{completion(shortPrompt, nil), completion(longPrompt, nil)} {
 		r := post(t, s, "/v1/completions", body, nil)
 		if r.Status != 503 || r.errorCode(t) != "DECODE_SERVICE_UNAVAILABLE" {
 			t.Errorf("got %d %s, want 503 DECODE_SERVICE_UNAVAILABLE", r.Status, r.Body)
 		}
+	}
+	// issue 31: these appeared in no requests.* counter
+	if after := stat(t, s, "pdroute.requests.error"); after != errors+2 {
+		t.Errorf("requests.error %d → %d, want +2", errors, after)
 	}
 	if n := len(recorded(t, s.Engines(), "")); n != 0 {
 		t.Errorf("engines got %d requests while no decoder was usable", n)
@@ -572,4 +706,45 @@ func num(v any) string {
 		return ""
 	}
 	return strconv.FormatInt(int64(f), 10)
+}
+
+// TestDecoderRefuses: a decoder that refuses connections, or resets them
+// before answering, reached clients as Envoy's plain-text 503 (issue 31)
+// until passive health took it out. Every answer is an OpenAI-shaped error
+// now: the filter rewrites Envoy's local reply, keeping its status.
+func TestDecoderRefuses(t *testing.T) {
+	t.Parallel()
+	s := start(t, modeTopology(config.ModeNIXL, map[string]any{
+		"decode": map[string]any{"failure_threshold": 3, "cooldown_ms": 60000},
+	}))
+	t.Run("reset", func(t *testing.T) {
+		faults(t, s.Decode, mocks.Fault{Type: mocks.FaultReset, Kind: "decode"})
+		r := post(t, s, "/v1/completions", completion(shortPrompt, nil), nil)
+		if r.Status != 503 || r.errorCode(t) != "DECODE_UNREACHABLE" {
+			t.Fatalf("got %d %s, want 503 DECODE_UNREACHABLE", r.Status, r.Body)
+		}
+		jsonContentType(t, r)
+		if msg, _ := get(r.JSON(t), "error", "message").(string); !strings.Contains(msg, "upstream connect error or disconnect/reset before headers") {
+			t.Errorf("message %q does not keep Envoy's reason", msg)
+		}
+		reset(t, s)
+	})
+	t.Run("refused", func(t *testing.T) {
+		for _, e := range s.Decode {
+			e.Server.Close()
+		}
+		codes := map[string]int{}
+		for _, body := range [][]byte{completion(shortPrompt, nil), completion(longPrompt, nil), completion(shortPrompt, nil), completion(longPrompt, nil)} {
+			r := post(t, s, "/v1/completions", body, nil)
+			if r.Status != 503 {
+				t.Errorf("got %d %s, want 503", r.Status, r.Body)
+			}
+			jsonContentType(t, r)
+			codes[r.errorCode(t)]++
+		}
+		// until passive health takes both decoders out, then the filter's own 503
+		if codes["DECODE_UNREACHABLE"] == 0 || codes["DECODE_UNREACHABLE"]+codes["DECODE_SERVICE_UNAVAILABLE"] != 4 {
+			t.Errorf("error codes %v: want DECODE_UNREACHABLE, then DECODE_SERVICE_UNAVAILABLE", codes)
+		}
+	})
 }

@@ -80,7 +80,7 @@ func TestSGLang(t *testing.T) {
 		if get(r.JSON(t), "object") != "error" {
 			t.Errorf("not the engine's own error: %s", r.Body)
 		}
-		if !strings.Contains(s.Logs(), "sglang mode with threshold_tokens 256") {
+		if !strings.Contains(s.Logs(), "threshold_tokens: 256 in sglang mode") {
 			t.Errorf("no start-up warning about direct requests in sglang mode; proxy log:\n%s", s.Logs())
 		}
 	})

@@ -9,12 +9,19 @@
 // module's is. PDROUTE_WASM_PGO=off builds without it
 // (to measure what it gains).
 //
-// The cache key hashes the Go version, go.mod and go.sum, the profile, and the
+// The cache key hashes the toolchain, go.mod and go.sum, the profile, and the
 // name and content of every source and embedded file of every package of this
 // module the target imports (dependencies from other modules are pinned by
 // go.sum).
 // Modules are written to build/testplugins/ at the module root, a directory
 // make clean removes; PDROUTE_WASM_CACHE overrides it.
+//
+// Every build runs the pinned toolchain, Toolchain (the Makefile's
+// GOTOOLCHAIN): the go command found on PATH (or the running toolchain's)
+// only has to be Go 1.21 or later, which fetches the pinned one from the
+// module proxy. Modules built here are thus built as build/pdroute.wasm is,
+// whatever go a developer has installed, and whether or not the caller was
+// built with -trimpath (which leaves runtime.GOROOT empty).
 //
 // It is test and tooling code: it runs the go command and imports nothing of
 // the project.
@@ -42,6 +49,16 @@ type entry struct {
 	once sync.Once
 	path string
 	err  error
+}
+
+// Toolchain is the Go toolchain every module is built with; the Makefile's
+// `export GOTOOLCHAIN` names the same one (a test checks).
+const Toolchain = "go1.24.11"
+
+// toolchainEnv is the environment of every go command run here: the pinned
+// toolchain, whatever GOTOOLCHAIN the caller's environment holds.
+func toolchainEnv(extra ...string) []string {
+	return append(append(os.Environ(), "GOTOOLCHAIN="+Toolchain), extra...)
 }
 
 var (
@@ -79,15 +96,39 @@ func ForTest(t testing.TB, pkg string) string {
 	return p
 }
 
-// goCommand finds the go command of the toolchain running this process, so
-// plugins are built with the same Go version as the tests. runtime.GOROOT is
-// right for test binaries, which run where they were built.
+// goCommand finds a go command to start the pinned toolchain with: the one
+// on PATH, as make uses, else the running toolchain's (runtime.GOROOT is
+// empty in binaries built with -trimpath). Which one does not matter: with
+// GOTOOLCHAIN=Toolchain any Go >= 1.21 runs Toolchain; checkToolchain
+// rejects older ones.
 func goCommand() (string, error) {
-	//lint:ignore SA1019 see above
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
-	return exec.LookPath("go")
+	//lint:ignore SA1019 see above
+	if root := runtime.GOROOT(); root != "" {
+		if p := filepath.Join(root, "bin", "go"); fileExists(p) {
+			return p, nil
+		}
+	}
+	return "", errors.New("no go command on PATH (Go >= 1.21 is needed to run " + Toolchain + ")")
+}
+
+// checkToolchain makes sure goCmd runs Toolchain under toolchainEnv: a go
+// command older than 1.21 ignores GOTOOLCHAIN and would build with itself.
+func checkToolchain(goCmd string) error {
+	cmd := exec.Command(goCmd, "env", "GOVERSION")
+	cmd.Env = toolchainEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s env GOVERSION with GOTOOLCHAIN=%s: %v\n%s", goCmd, Toolchain, err, stderr.String())
+	}
+	if v := strings.TrimSpace(string(b)); v != Toolchain {
+		return fmt.Errorf("%s runs %s, not %s: Go >= 1.21 is needed to switch to the pinned toolchain", goCmd, v, Toolchain)
+	}
+	return nil
 }
 
 func fileExists(p string) bool {
@@ -98,6 +139,14 @@ func fileExists(p string) bool {
 func build(pkg string) (string, error) {
 	goCmd, err := goCommand()
 	if err != nil {
+		return "", err
+	}
+	return buildWith(goCmd, pkg)
+}
+
+// buildWith is build starting the pinned toolchain from goCmd.
+func buildWith(goCmd, pkg string) (string, error) {
+	if err := checkToolchain(goCmd); err != nil {
 		return "", err
 	}
 	root, err := moduleRoot(goCmd)
@@ -129,7 +178,7 @@ func build(pkg string) (string, error) {
 	defer os.Remove(tmp.Name())
 	cmd := exec.Command(goCmd, "build", "-buildmode=c-shared", "-trimpath", "-pgo="+pgo, "-o", tmp.Name(), pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOTOOLCHAIN=local")
+	cmd.Env = toolchainEnv("GOOS=wasip1", "GOARCH=wasm")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -144,7 +193,7 @@ func build(pkg string) (string, error) {
 
 func moduleRoot(goCmd string) (string, error) {
 	cmd := exec.Command(goCmd, "env", "GOMOD")
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	cmd.Env = toolchainEnv()
 	b, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -173,7 +222,7 @@ func cacheKey(goCmd, root, pkg, pgo string) (string, error) {
 		"-f", `{{if .Module}}{{if .Module.Main}}{{.ImportPath}}{{"\t"}}{{.Dir}}{{"\t"}}{{join .GoFiles ","}}{{"\t"}}{{join .EmbedFiles ","}}{{end}}{{end}}`,
 		pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOTOOLCHAIN=local")
+	cmd.Env = toolchainEnv("GOOS=wasip1", "GOARCH=wasm")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -181,7 +230,7 @@ func cacheKey(goCmd, root, pkg, pgo string) (string, error) {
 		return "", fmt.Errorf("go list %s: %v\n%s", pkg, err, stderr.String())
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n", runtime.Version(), pkg)
+	fmt.Fprintf(h, "%s\n%s\n", Toolchain, pkg)
 	for _, f := range []string{"go.mod", "go.sum"} {
 		if err := hashFile(h, filepath.Join(root, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", err

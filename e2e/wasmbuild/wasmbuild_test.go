@@ -1,7 +1,9 @@
 package wasmbuild
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,5 +118,69 @@ func TestBuildCaches(t *testing.T) {
 	}
 	if _, err := Build("./e2e/wasmbuild/testdata/does-not-exist"); err == nil {
 		t.Error("building a missing package succeeded")
+	}
+}
+
+// oldGo is a go command older than the pinned toolchain, for the tests that
+// prove the pin holds whatever go comes first on PATH: PDROUTE_OLD_GO, else
+// Go 1.22's toolchain module if the module cache has it (.ci/run fetches it
+// with GOTOOLCHAIN=go1.22.12 go version).
+func oldGo(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PDROUTE_OLD_GO"); p != "" {
+		return p
+	}
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Skip("no go command")
+	}
+	dirs, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "golang.org", "toolchain@v0.0.1-go1.22.*", "bin", "go"))
+	if len(dirs) == 0 {
+		t.Skip("no Go 1.22 toolchain in the module cache (GOTOOLCHAIN=go1.22.12 go version fetches one) and no PDROUTE_OLD_GO")
+	}
+	return dirs[0]
+}
+
+// An older go command (here 1.22, which cannot build this module itself)
+// still builds with the pinned toolchain: issue 31's make demo failed with
+// "go.mod requires go >= 1.24 (running go 1.22.12; GOTOOLCHAIN=local)".
+func TestBuildWithOlderGo(t *testing.T) {
+	old := oldGo(t)
+	t.Setenv("PDROUTE_WASM_CACHE", t.TempDir())
+	t.Setenv("GOTOOLCHAIN", "local") // what the caller's environment holds must not matter
+	pkg := writePkg(t, "package main\n\nfunc main() {}\n")
+	p, err := buildWith(old, pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go version cannot read a wasm module's build info; runtime.Version's
+	// string is in its data all the same
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(Toolchain)) {
+		t.Errorf("%s does not hold %q: not built by the pinned toolchain", p, Toolchain)
+	}
+}
+
+func TestGoOlderThan121IsRefused(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "go")
+	// a go command that ignores GOTOOLCHAIN, as Go 1.19 does
+	os.WriteFile(fake, []byte("#!/bin/sh\necho go1.19.8\n"), 0o755)
+	err := checkToolchain(fake)
+	if err == nil || !strings.Contains(err.Error(), "Go >= 1.21") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// The Makefile pins the same toolchain as this package.
+func TestMakefilePinsToolchain(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "export GOTOOLCHAIN := " + Toolchain + "\n"; !strings.Contains(string(b), want) {
+		t.Errorf("the Makefile does not say %q", want)
 	}
 }

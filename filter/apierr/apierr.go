@@ -38,6 +38,16 @@ const (
 	KVTimeout
 	// Internal: a bug or an impossible state inside pdroute (500).
 	Internal
+	// DecodeUnreachable: the decode endpoint refused or reset the
+	// connection before answering (503; Envoy's own plain-text answer,
+	// rewritten).
+	DecodeUnreachable
+	// DecodeTimeout: the decode endpoint did not answer within the route's
+	// timeout (504; Envoy's own answer, rewritten).
+	DecodeTimeout
+	// DecodeFailed: the decode leg failed with a 5xx that is not JSON; the
+	// plugin keeps that status and puts the text in the message.
+	DecodeFailed
 )
 
 type shape struct {
@@ -58,6 +68,9 @@ var shapes = [...]shape{
 	PrefillTimeout:    {504, "server_error", "PREFILL_TIMEOUT", "prefill did not answer in time"},
 	KVTimeout:         {504, "server_error", "KV_TRANSFER_TIMEOUT", "KV cache transfer did not complete in time"},
 	Internal:          {500, "server_error", "INTERNAL_ERROR", "internal error in pdroute"},
+	DecodeUnreachable: {503, "server_error", "DECODE_UNREACHABLE", "the decode endpoint could not be reached"},
+	DecodeTimeout:     {504, "server_error", "DECODE_TIMEOUT", "the decode endpoint did not answer in time"},
+	DecodeFailed:      {502, "server_error", "DECODE_FAILED", "the decode endpoint failed"},
 }
 
 func (k Kind) shape() shape {
@@ -92,4 +105,35 @@ func Response(k Kind, detail string) (status int, body []byte) {
 	body = append(body, s.code...)
 	body = append(body, `"}}`...)
 	return s.status, body
+}
+
+// Engine names whose error shape EngineBadRequest copies.
+type Engine uint8
+
+// The engines.
+const (
+	// VLLM: {"error":{"message","type":"BadRequestError","param":null,"code":400}},
+	// the shape of vLLM's ErrorResponse (nixl, orchestrated and lmcache modes).
+	VLLM Engine = iota
+	// SGLang: {"object":"error","message","type":"BadRequestError","param":null,"code":400}.
+	SGLang
+)
+
+// EngineBadRequest returns the 400 answer an engine gives to a request it
+// refuses, in that engine's shape, for requests pdroute refuses on the
+// engine's behalf (connector.CheckDecode): the client sees what it would
+// have seen without pdroute, only sooner.
+func EngineBadRequest(e Engine, message string) (status int, body []byte) {
+	body = make([]byte, 0, 96+len(message))
+	if e == SGLang {
+		body = append(body, `{"object":"error","message":`...)
+	} else {
+		body = append(body, `{"error":{"message":`...)
+	}
+	body = gjson.AppendJSONString(body, message)
+	body = append(body, `,"type":"BadRequestError","param":null,"code":400}`...)
+	if e != SGLang {
+		body = append(body, '}')
+	}
+	return 400, body
 }

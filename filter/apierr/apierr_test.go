@@ -28,6 +28,9 @@ func TestResponseGolden(t *testing.T) {
 		{"prefill_timeout", PrefillTimeout, "no answer after 30000 ms", 504, "PREFILL_TIMEOUT"},
 		{"kv_timeout", KVTimeout, "", 504, "KV_TRANSFER_TIMEOUT"},
 		{"internal", Internal, "panic: index out of range", 500, "INTERNAL_ERROR"},
+		{"decode_unreachable", DecodeUnreachable, "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure", 503, "DECODE_UNREACHABLE"},
+		{"decode_timeout", DecodeTimeout, "upstream request timeout", 504, "DECODE_TIMEOUT"},
+		{"decode_failed", DecodeFailed, "Internal Server Error", 502, "DECODE_FAILED"},
 		{"zero_kind", 0, "", 500, "INTERNAL_ERROR"},
 		{"unknown_kind", 200, "", 500, "INTERNAL_ERROR"},
 		{"detail_escaped", PrefillFailed, "upstream said \"no\"\n<html>\\ \u2028 \x01", 502, "PREFILL_FAILED"},
@@ -81,5 +84,27 @@ func BenchmarkResponse(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		Response(PrefillFailed, "prefill-1 answered 503")
+	}
+}
+
+func TestEngineBadRequestGolden(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		engine Engine
+	}{{"engine_bad_request_vllm", VLLM}, {"engine_bad_request_sglang", SGLang}} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := EngineBadRequest(tt.engine, "stream: Input should be a valid boolean, got \"maybe\"")
+			if status != 400 || !gjson.ValidBytes(body) {
+				t.Fatalf("%d %s", status, body)
+			}
+			msg := "message"
+			if tt.engine == VLLM {
+				msg = "error.message"
+			}
+			if got := gjson.GetBytes(body, msg).String(); got != `stream: Input should be a valid boolean, got "maybe"` {
+				t.Errorf("%s = %q", msg, got)
+			}
+			golden(t, filepath.Join("testdata", tt.name+".json"), body)
+		})
 	}
 }

@@ -562,3 +562,18 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Issue 31: sglang with a threshold above 0 is valid but sends short
+// requests to decoders that refuse them.
+func TestWarnings(t *testing.T) {
+	for _, tt := range []struct {
+		mode      Mode
+		threshold string
+		want      int
+	}{{ModeSGLang, "0", 0}, {ModeSGLang, "512", 1}, {ModeNIXL, "512", 0}, {ModeNIXL, "0", 0}} {
+		c := mustParse(t, edit(t, base[tt.mode], "threshold_tokens", tt.threshold))
+		if got := c.Warnings(); len(got) != tt.want {
+			t.Errorf("%s threshold %s: warnings %q, want %d", tt.mode, tt.threshold, got, tt.want)
+		}
+	}
+}

@@ -11,8 +11,8 @@ type Route uint8
 
 // The routes.
 const (
-	// Passthrough: not a request pdroute handles (method, path or content
-	// type); it goes on untouched and unpaused.
+	// Passthrough: not a request pdroute handles (method or path); it goes
+	// on untouched and unpaused.
 	Passthrough Route = iota
 	// Direct: handled, but too short to disaggregate: it goes to a decoder,
 	// which prefills itself.
@@ -33,11 +33,15 @@ func (r Route) String() string {
 
 // Match reports, from the request headers alone, whether pdroute handles a
 // request and which API it speaks: a POST to one of the configured paths
-// (query string ignored) whose content-type is JSON (application/json or any
-// +json type, parameters ignored) or absent — engines parse a body without a
-// content-type as JSON. The plugin pauses and buffers only matched requests.
-func (c *Config) Match(method, path, contentType string) (API, bool) {
-	if method != "POST" || !isJSON(contentType) {
+// (query string ignored), whatever its content-type. The content type
+// decides nothing: whether an engine parses a text/plain body as JSON is the
+// engine's business (SGLang does, vLLM does not), and the promise that no
+// client steers routing or the KV source must not depend on it. A handled
+// body must be a JSON object (else 400) and is sanitised; the plugin sends
+// it on labelled application/json (JSONContentType). The plugin pauses and
+// buffers only matched requests. The content-type argument is ignored.
+func (c *Config) Match(method, path, _ string) (API, bool) {
+	if method != "POST" {
 		return APIUnknown, false
 	}
 	path = stripQuery(path)
@@ -49,7 +53,12 @@ func (c *Config) Match(method, path, contentType string) (API, bool) {
 	return APIUnknown, false
 }
 
-func isJSON(contentType string) bool {
+// JSONContentType reports whether a content-type labels JSON as FastAPI
+// (vLLM's and SGLang's server) reads it: application/json or any
+// application/*+json type, parameters ignored, or none at all. A handled
+// request with another label is relabelled application/json, since pdroute
+// parsed its body as JSON.
+func JSONContentType(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	mt = strings.ToLower(strings.TrimSpace(mt))
 	return mt == "" || mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")

@@ -21,8 +21,10 @@ func TestMatch(t *testing.T) {
 		{"POST", "/v1/responses", "application/json", APIUnknown, false}, // not configured
 		{"GET", "/v1/chat/completions", "application/json", APIUnknown, false},
 		{"post", "/v1/chat/completions", "application/json", APIUnknown, false},
-		{"POST", "/v1/chat/completions", "multipart/form-data; boundary=x", APIUnknown, false},
-		{"POST", "/v1/chat/completions", "text/plain", APIUnknown, false},
+		// issue 31: the content type decides nothing (the body is checked and sanitised)
+		{"POST", "/v1/chat/completions", "multipart/form-data; boundary=x", APIChat, true},
+		{"POST", "/v1/chat/completions", "text/plain", APIChat, true},
+		{"POST", "/v1/completions", "application/x-www-form-urlencoded", APICompletions, true},
 		{"POST", "/v1/chat/completions/", "application/json", APIUnknown, false},
 		{"POST", "/V1/chat/completions", "application/json", APIUnknown, false},
 	}
@@ -30,6 +32,18 @@ func TestMatch(t *testing.T) {
 		api, ok := c.Match(tt.method, tt.path, tt.ctype)
 		if api != tt.api || ok != tt.ok {
 			t.Errorf("Match(%q, %q, %q) = %v, %v; want %v, %v", tt.method, tt.path, tt.ctype, api, ok, tt.api, tt.ok)
+		}
+	}
+}
+
+func TestJSONContentType(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"": true, "application/json": true, "Application/JSON; charset=utf-8": true,
+		"application/vnd.api+json": true, "text/plain": false, "multipart/form-data; boundary=x": false,
+		"application/x-www-form-urlencoded": false, "text/json": false,
+	} {
+		if got := JSONContentType(ct); got != want {
+			t.Errorf("JSONContentType(%q) = %v, want %v", ct, got, want)
 		}
 	}
 }

@@ -394,3 +394,39 @@ func FuzzValidatedRequest(f *testing.F) {
 		}
 	})
 }
+
+// Issue 31: a batched completion cannot be disaggregated in nixl and
+// orchestrated modes (vLLM's prefill answers 400); it goes to a decoder.
+func TestDisaggregable(t *testing.T) {
+	chat, comp := config.APIChat, config.APICompletions
+	tests := []struct {
+		mode   config.Mode
+		api    config.API
+		body   string
+		reason string // "" = disaggregable
+	}{
+		{config.ModeNIXL, comp, `{"prompt":"x"}`, ""},
+		{config.ModeNIXL, comp, `{"prompt":[1,2,3]}`, ""},
+		{config.ModeNIXL, comp, `{"prompt":[]}`, ""}, // the engine's to reject
+		{config.ModeNIXL, comp, `{"prompt":["a","b"]}`, "batched prompt"},
+		{config.ModeNIXL, comp, `{"prompt":[[1,2],[3]]}`, "batched prompt"},
+		{config.ModeOrchestrated, comp, `{"prompt":["a"]}`, "batched prompt"},
+		{config.ModeNIXL, chat, `{"messages":[{"role":"user","content":"x"}],"prompt":["a","b"]}`, ""},
+		{config.ModeSGLang, comp, `{"prompt":["a","b"]}`, ""},
+		{config.ModeLMCache, comp, `{"prompt":["a","b"]}`, "batched prompt"},
+		{config.ModeLMCache, comp, `{"prompt":"x","echo":true}`, "echo"},
+	}
+	for _, tt := range tests {
+		r, err := NewRequest(tt.api, []byte(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Disaggregable(tt.mode, r)
+		switch {
+		case tt.reason == "" && err != nil:
+			t.Errorf("%s %s: %v, want disaggregable", tt.mode, tt.body, err)
+		case tt.reason != "" && (!errors.Is(err, ErrNotEligible) || !strings.HasSuffix(err.Error(), ": "+tt.reason)):
+			t.Errorf("%s %s: %v, want ErrNotEligible: %s", tt.mode, tt.body, err, tt.reason)
+		}
+	}
+}

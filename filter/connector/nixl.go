@@ -1,9 +1,41 @@
 package connector
 
+import "github.com/pdroute/pdroute/filter/config"
+
 // nixlPrefillParams asks vLLM's NixlConnector to keep the prompt's KV blocks
 // for a remote decoder (PROTOCOLS §1).
 var nixlPrefillParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":false,` +
 	`"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
+
+// NIXLCheck reports whether r can be disaggregated in the nixl and
+// orchestrated modes. A batched completion (prompt a list of strings or of
+// token-id lists) cannot: vLLM answers a batched prompt carrying
+// kv_transfer_params with 400 ("batched prompts are not supported"), while
+// the request is valid, and a decoder serves it whole. It returns an
+// ErrNotEligible error for it, and nil otherwise.
+func NIXLCheck(r Request) error {
+	if r.API != config.APICompletions {
+		return nil
+	}
+	if p := r.Body.Raw("prompt"); len(p) > 0 && p[0] == '[' && arrayLen(p, 1) > 0 && !isTokenIDs(p) {
+		return notEligible("batched prompt")
+	}
+	return nil
+}
+
+// Disaggregable reports whether mode can disaggregate r, with the reason
+// when it cannot (an ErrNotEligible error): such a request goes to a
+// decoder, which serves it alone, rather than fail because it was
+// disaggregated. The filter and the native proxy both ask it.
+func Disaggregable(mode config.Mode, r Request) error {
+	switch mode {
+	case config.ModeLMCache:
+		return LMCacheCheck(r)
+	case config.ModeNIXL, config.ModeOrchestrated:
+		return NIXLCheck(r)
+	}
+	return nil // sglang bootstraps every item of a batch (SGLangDecode)
+}
 
 // NIXLPrefill builds the prefill body of the nixl and orchestrated modes,
 // sent to the same path the client used: the sanitised client body with

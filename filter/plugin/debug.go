@@ -18,11 +18,13 @@ type debugState struct {
 }
 
 type debugEndpoint struct {
-	Name          string  `json:"name"`
-	Health        string  `json:"health"`
-	Failures      int     `json:"consecutive_failures"`
-	Inflight      uint32  `json:"inflight"`
-	Recent        uint32  `json:"recent_requests"`
+	Name     string `json:"name"`
+	Health   string `json:"health"`
+	Failures int    `json:"consecutive_failures"`
+	// Inflight and Recent are shown only where the pool's strategy keeps
+	// them: round_robin keeps neither, and a 0 there would read as idle.
+	Inflight      *uint32 `json:"inflight,omitempty"`
+	Recent        *uint32 `json:"recent_requests,omitempty"`
 	Running       float64 `json:"engine_running"`
 	Waiting       float64 `json:"engine_waiting"`
 	KVCacheUsage  float64 `json:"engine_kv_cache_usage"`
@@ -41,11 +43,18 @@ func (r *rootContext) debugAnswer(now time.Time) []byte {
 			if !e.StatsObserved.IsZero() {
 				age = now.Sub(e.StatsObserved).Milliseconds()
 			}
-			st.Pools[name] = append(st.Pools[name], debugEndpoint{
+			d := debugEndpoint{
 				Name: e.Name, Health: e.Health.String(), Failures: e.ConsecutiveFailures,
-				Inflight: e.Inflight, Recent: e.RecentRequests, Running: e.Stats.Running,
-				Waiting: e.Stats.Waiting, KVCacheUsage: e.Stats.KVCacheUsage, StatsAgeMilli: age,
-			})
+				Running: e.Stats.Running, Waiting: e.Stats.Waiting, KVCacheUsage: e.Stats.KVCacheUsage,
+				StatsAgeMilli: age,
+			}
+			if b.CountsInflight() {
+				d.Inflight = &e.Inflight
+			}
+			if b.CountsRecent() {
+				d.Recent = &e.RecentRequests
+			}
+			st.Pools[name] = append(st.Pools[name], d)
 		}
 	}
 	b, _ := json.Marshal(st)

@@ -49,16 +49,6 @@ type lmcacheStream struct {
 	firstSent   bool
 }
 
-// lmcacheEligible: requests lmcache cannot rewrite (batches, media, tools,
-// max_tokens ≤ 1, …) are served directly by a decoder.
-func (s *stream) lmcacheEligible(req connector.Request) bool {
-	if err := connector.LMCacheCheck(req); err != nil {
-		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
-		return false
-	}
-	return true
-}
-
 func (s *stream) startLMCache(req connector.Request) types.Action {
 	var random [16]byte
 	_ = abi.RandomBytes(random[:]) // host randomness; see abi.RandomBytes
@@ -363,7 +353,9 @@ func (w *kvWaiter) pollOnce(now time.Time, current uint32) bool {
 	body := make([]byte, 0, 64+96*min(len(w.entries), maxIDsPerPoll))
 	body = append(body, `{"wait_ms":`...)
 	body = strconv.AppendInt(body, int64(kvPollWait/time.Millisecond), 10)
-	body = append(body, `,"ids":[`...)
+	// one slice of the stream's wait: kvbridge counts its end as pending, not
+	// timeout (the filter's own kv_wait.timeout counts real timeouts)
+	body = append(body, `,"slice":true,"ids":[`...)
 	var ids []string
 	for id, e := range w.entries {
 		if e.polling || e.complete || e.s.lm.decoding {

@@ -19,6 +19,11 @@ const (
 	pathDirect      = "direct"
 	pathDisagg      = "disagg"
 	pathFallback    = "fallback"
+	// pathRelayed: the prefill's 4xx went back to the client.
+	pathRelayed = "relayed"
+	// pathError: the filter answered with an error of its own (400, 413,
+	// 502, 503, 504, 500) before the request took another path.
+	pathError = "error"
 )
 
 // metrics are defined once per root in proxy_on_configure.
@@ -53,7 +58,7 @@ func defineMetrics(mode config.Mode) *metrics {
 		requests:        map[string]abi.MetricCounter{},
 		prefillFailures: map[config.PrefillOutcome]abi.MetricCounter{},
 	}
-	for _, p := range []string{pathPassthrough, pathDirect, pathDisagg, pathFallback} {
+	for _, p := range []string{pathPassthrough, pathDirect, pathDisagg, pathFallback, pathRelayed, pathError} {
 		m.requests[p] = abi.DefineCounterMetric(metricPrefix + "requests." + p)
 	}
 	for _, o := range prefillFailureOutcomes {

@@ -108,9 +108,8 @@ func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
 		abi.LogCriticalf("pdroute: start: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	if cfg.Mode == config.ModeSGLang && cfg.ThresholdTokens > 0 {
-		abi.LogWarnf("pdroute: sglang mode with threshold_tokens %d: requests below it go to the decode pool "+
-			"without bootstrap fields, which SGLang engines in --disaggregation-mode decode refuse", cfg.ThresholdTokens)
+	for _, w := range cfg.Warnings() {
+		abi.LogWarnf("pdroute: configuration: %s", w)
 	}
 	abi.LogInfof("pdroute: configured: mode %s, threshold %d tokens, %d prefill and %d decode endpoints",
 		cfg.Mode, cfg.ThresholdTokens, len(cfg.Prefill.Endpoints), len(cfg.Decode.Endpoints))

@@ -488,6 +488,15 @@ func TestDebugPathReportsSharedState(t *testing.T) {
 		if s := state(); s.Get("pools.decode.0.inflight").Int()+s.Get("pools.decode.1.inflight").Int() != 0 || s.Get("mode").String() != "nixl" {
 			t.Errorf("in-flight not released: %s", s.Raw)
 		}
+		// issue 31: round_robin (the prefill pool here) keeps no in-flight
+		// counts, so it shows none rather than a 0 that reads as idle
+		s := state()
+		if s.Get("pools.prefill.0.inflight").Exists() || s.Get("pools.prefill.0.recent_requests").Exists() || s.Get("pools.decode.0.recent_requests").Exists() {
+			t.Errorf("counts a strategy does not keep are shown: %s", s.Raw)
+		}
+		if !s.Get("pools.decode.0.inflight").Exists() {
+			t.Errorf("least_loaded's in-flight counts are not shown: %s", s.Raw)
+		}
 	})
 }
 

@@ -103,15 +103,12 @@ func (s *stream) startPrefill(path string, body []byte, onAnswer func(callAnswer
 	return types.ActionPause
 }
 
-// prefillOutcome classifies a prefill answer; a 504 that came when the
-// prefill timeout ran out is Envoy's own timeout answer.
+// prefillOutcome classifies a prefill answer, telling Envoy's own reset and
+// timeout answers from the engine's (config.ClassifyPrefillAnswer).
 func (s *stream) prefillOutcome(a callAnswer, usable bool) config.PrefillOutcome {
 	elapsed := time.Since(s.prefillStart)
 	s.r.m.prefillLatency.Record(uint64(elapsed / time.Millisecond))
-	if a.status == 504 && elapsed >= s.cfg().PrefillTimeout*9/10 {
-		return config.PrefillTimeout
-	}
-	return config.ClassifyPrefill(a.status, usable)
+	return config.ClassifyPrefillAnswer(a.status, a.body, usable, elapsed, s.cfg().PrefillTimeout)
 }
 
 // reportPrefill feeds passive health and releases the prefill lease: the
@@ -176,13 +173,12 @@ func (s *stream) onPrefillFailed(o config.PrefillOutcome, a callAnswer) {
 		if ct == "" {
 			ct = "application/json"
 		}
+		s.route = pathRelayed
+		s.r.m.requests[pathRelayed].Increment(1)
 		s.reply(a.status, [][2]string{{"content-type", ct}}, a.body)
 		return
 	}
-	detail := o.String()
-	if a.status != 0 {
-		detail += " (prefill answered " + strconv.Itoa(a.status) + ")"
-	}
+	detail := config.DescribePrefillFailure(o, a.status, a.body, s.cfg().PrefillTimeout)
 	if s.afterPrefillFailure(o, detail) {
 		s.resume()
 	}
@@ -223,4 +219,17 @@ func (s *stream) reread() (connector.Request, bool) {
 		return connector.Request{}, false
 	}
 	return s.index(body)
+}
+
+// refuse answers a request the decode engine would certainly refuse
+// (connector.CheckDecode) with the 400 that engine gives, before any prefill
+// runs for it.
+func (s *stream) refuse(err error) {
+	engine := apierr.VLLM
+	if s.cfg().Mode == config.ModeSGLang {
+		engine = apierr.SGLang
+	}
+	status, body := apierr.EngineBadRequest(engine, err.Error())
+	abi.LogDebugf("pdroute: stream %d (request %s): refused before the prefill: %v", s.id, s.reqID, err)
+	s.reply(status, [][2]string{{"content-type", "application/json"}}, body)
 }

@@ -76,10 +76,7 @@ func (s *stream) onSGLangAnswer(a callAnswer) {
 	}
 	sg.prefillFailed = true
 	act := s.cfg().OnPrefill(o) // always Fail in sglang mode
-	detail := fmt.Sprintf("%s (bootstrap_room %d)", o, sg.room)
-	if a.status != 0 {
-		detail = fmt.Sprintf("%s, prefill answered %d (bootstrap_room %d)", o, a.status, sg.room)
-	}
+	detail := fmt.Sprintf("%s (bootstrap_room %d)", config.DescribePrefillFailure(o, a.status, a.body, s.cfg().PrefillTimeout), sg.room)
 	abi.LogWarnf("pdroute: stream %d (request %s): sglang prefill on %s failed: %s", s.id, s.reqID, s.prefillEP.Name, detail)
 	if !s.responseStarted {
 		// Nothing reached the client yet: answer now instead of letting

@@ -64,6 +64,9 @@ type stream struct {
 	decodeReported bool
 	// responseStarted: response headers went on to the client.
 	responseStarted bool
+	// plainError: the status of a plain-text 5xx answer being rewritten
+	// into an OpenAI-shaped error (decodeerr.go).
+	plainError int
 
 	lm *lmcacheStream
 	sg *sglangStream
@@ -89,6 +92,13 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		return s.passthrough()
 	}
 	s.api, s.handled = api, true
+	if !config.JSONContentType(s.contentType) {
+		// Handled whatever its label (config.Match): the body is parsed and
+		// sanitised as JSON, and engines get it labelled so.
+		if err := abi.ReplaceHttpRequestHeader("content-type", "application/json"); err != nil {
+			abi.LogWarnf("pdroute: stream %d: set content-type: %v", s.id, err)
+		}
+	}
 	s.authority = header(":authority")
 	s.authorization = header("authorization")
 	if endOfStream {
@@ -207,9 +217,15 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 	if !s.pickDecode(body) {
 		return types.ActionPause
 	}
-	if s.cfg().Mode == config.ModeLMCache && !s.lmcacheEligible(req) {
+	if err := connector.Disaggregable(s.cfg().Mode, req); err != nil {
+		// batches in nixl mode, media or tools in lmcache mode…: a decoder serves them whole
+		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
 		s.toDecoder(req.Direct(), pathDirect)
 		return types.ActionContinue
+	}
+	if err := connector.CheckDecode(s.cfg().Mode, req); err != nil {
+		s.refuse(err)
+		return types.ActionPause
 	}
 	if !s.pickPrefill(body) {
 		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
@@ -379,6 +395,11 @@ func (s *stream) checkBodyWatchdog(now time.Time) {
 // reply sends a local response. It travels back through this stream's own
 // response callbacks, which must not take it for the decoder's answer.
 func (s *stream) reply(status int, headers [][2]string, body []byte) {
+	if s.route == "" {
+		// every request lands in one requests.* counter
+		s.route = pathError
+		s.r.m.requests[pathError].Increment(1)
+	}
 	s.localReply = true
 	s.r.m.localReply(status)
 	if err := abi.SendHttpResponse(uint32(status), headers, body, -1); err != nil {
@@ -400,6 +421,9 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if s.cfg().DebugHeaders && s.route != "" {
 		s.addDebugHeaders()
 	}
+	if !s.localReply && s.decode != nil && s.plainErrorHeaders(endOfStream) {
+		return types.ActionContinue // decodeerr.go
+	}
 	if s.lm != nil && !s.localReply {
 		return s.lmcacheResponseHeaders(endOfStream)
 	}
@@ -411,6 +435,9 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 }
 
 func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if s.plainError != 0 {
+		return s.plainErrorBody(bodySize, endOfStream)
+	}
 	if s.lm != nil && !s.localReply {
 		return s.lmcacheResponseBody(bodySize, endOfStream)
 	}

@@ -52,7 +52,11 @@ type notReady struct {
 // absent count means 1 while an explicit 0 is an error.
 type waitRequest struct {
 	WaitMS int64 `json:"wait_ms"`
-	IDs    []struct {
+	// Slice marks one slice of a longer wait: the caller (the filter polls
+	// in 2 s slices) polls again when it ends with ids pending, so that end
+	// is counted as "pending", not "timeout".
+	Slice bool `json:"slice"`
+	IDs   []struct {
 		ReqID string `json:"req_id"`
 		Count *int64 `json:"count"`
 	} `json:"ids"`
@@ -84,7 +88,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, "wait_ms: "+err.Error())
 		return
 	}
-	ready, res := s.await(r.Context(), []want{{id: id, need: uint32(need)}}, time.Duration(waitMS)*time.Millisecond)
+	ready, res := s.await(r.Context(), []want{{id: id, need: uint32(need)}}, time.Duration(waitMS)*time.Millisecond, false)
 	switch res {
 	case resultReady:
 		writeJSON(w, http.StatusOK, ready[0])
@@ -114,7 +118,7 @@ func (s *Service) handleWait(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ready, res := s.await(r.Context(), wants, wait)
+	ready, res := s.await(r.Context(), wants, wait, waitSlice(body))
 	switch res {
 	case resultReady:
 		writeJSON(w, http.StatusOK, waitResponse{Ready: ready})
@@ -167,6 +171,15 @@ func parseWaitRequest(body []byte) ([]want, time.Duration, error) {
 	return wants, time.Duration(req.WaitMS) * time.Millisecond, nil
 }
 
+// waitSlice reports whether a valid POST /v1/kv/wait body is one slice of
+// a longer wait (waitRequest.Slice).
+func waitSlice(body []byte) bool {
+	var req struct {
+		Slice bool `json:"slice"`
+	}
+	return json.Unmarshal(body, &req) == nil && req.Slice
+}
+
 // jsonKind names a Go kind of waitRequest the way a JSON client sees it.
 func jsonKind(k reflect.Kind) string {
 	switch k {
@@ -192,8 +205,11 @@ func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
 type result string
 
 const (
-	resultReady    result = "ready"
-	resultTimeout  result = "timeout"
+	resultReady   result = "ready"
+	resultTimeout result = "timeout"
+	// resultPending: a slice of a longer wait ended with ids still pending;
+	// the caller polls again (waitRequest.Slice). Not a failure.
+	resultPending  result = "pending"
 	resultCanceled result = "canceled"
 	resultShutdown result = "shutdown"
 	resultRejected result = "rejected"
@@ -202,9 +218,16 @@ const (
 
 // await answers wants: at once when one is ready or wait is zero, otherwise
 // when the receiver wakes it, wait passes, ctx ends (the client left) or the
-// service shuts down. Waiting is a blocked goroutine, never a poll.
-func (s *Service) await(ctx context.Context, wants []want, wait time.Duration) (ready []idCount, res result) {
-	defer func() { s.metrics.waits.WithLabelValues(string(res)).Inc() }()
+// service shuts down. Waiting is a blocked goroutine, never a poll. A
+// timeout of a slice (see waitRequest.Slice) is counted as pending.
+func (s *Service) await(ctx context.Context, wants []want, wait time.Duration, slice bool) (ready []idCount, res result) {
+	defer func() {
+		label := res
+		if res == resultTimeout && slice {
+			label = resultPending
+		}
+		s.metrics.waits.WithLabelValues(string(label)).Inc()
+	}()
 	ready, w, err := s.store.wait(wants, s.cfg.Now(), wait > 0)
 	switch {
 	case errors.Is(err, errShuttingDown):

@@ -27,11 +27,11 @@ func newMetrics(s *Service) *metrics {
 		}),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvbridge_waits_total",
-			Help: "HTTP wait requests by result: ready, timeout, canceled (client left), shutdown, rejected (too many waiters), bad_request.",
+			Help: "HTTP wait requests by result: ready, timeout, pending (a slice of a longer wait ended with ids pending; the caller polls again), canceled (client left), shutdown, rejected (too many waiters), bad_request.",
 		}, []string{"result"}),
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvbridge_zmq_connections_total",
-			Help: "ZMQ connections by result: accepted, rejected (peer limit), handshake_failed.",
+			Help: "ZMQ connections by result: accepted (handshake done), rejected (shutting down), handshake_failed, evicted (least recently active peer, closed for a new one at the peer limit), idle_timeout.",
 		}, []string{"result"}),
 	}
 	counter := func(name, help string, v func() float64) prometheus.Collector {
@@ -60,11 +60,13 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.store.stats().waiters) }),
 		gauge("kvbridge_zmq_peers", "ZMQ peer connections open.",
 			func() float64 { return float64(s.recv.peerCount()) }),
+		gauge("kvbridge_zmq_max_peers", "The peer limit (--zmq-max-peers); at it, new connections evict the least recently active peer.",
+			func() float64 { return float64(s.recv.maxPeers) }),
 	)
-	for _, r := range []result{resultReady, resultTimeout, resultCanceled, resultShutdown, resultRejected, resultBad} {
+	for _, r := range []result{resultReady, resultTimeout, resultPending, resultCanceled, resultShutdown, resultRejected, resultBad} {
 		m.waits.WithLabelValues(string(r))
 	}
-	for _, r := range []connectionResult{connAccepted, connRejected, connHandshakeFailed} {
+	for _, r := range connectionResults {
 		m.connections.WithLabelValues(string(r))
 	}
 	return m

@@ -15,8 +15,12 @@ import (
 type Config struct {
 	// ZMQBind is the ZeroMQ endpoint ("tcp://host:port"; host "*" means all
 	// interfaces) of the PULL socket that prefillers' PUSH sockets connect
-	// to. Default "tcp://0.0.0.0:7500": the port LMCache's configuration
-	// examples use, on every interface because prefillers run on other hosts.
+	// to. Default "tcp://127.0.0.1:7500": the port LMCache's configuration
+	// examples use, on loopback, as the HTTP API. Whoever can reach the port
+	// can post notifications and take peer slots, so listening wider, which
+	// prefillers on other hosts need, is a deliberate choice: the container
+	// image and the Kubernetes manifest bind 0.0.0.0 and rely on a network
+	// policy (docs/OPERATIONS.md, kvbridge).
 	ZMQBind string
 	// HTTPAddr is the host:port of the HTTP API. Default "127.0.0.1:7501":
 	// the filter calls kvbridge from the same host or pod, and nothing else
@@ -29,15 +33,16 @@ type Config struct {
 	// enough that ids nobody asked for go away on their own.
 	TTL time.Duration
 	// MaxEntries caps the ids held; at the cap the oldest is evicted.
-	// Default 1,000,000: a TTL's worth of 8,000 requests/s, in about 131 MiB
-	// of live heap (about 210 MiB RSS; see BENCHMARKS.md (kvbridge)).
+	// Default 1,000,000: a TTL's worth of 8,000 requests/s, at about 200 B
+	// per pending id, about 200 MiB resident (BytesPerPendingID).
 	MaxEntries int
 	// MaxWaiters caps concurrent long-poll requests; more are answered 503.
 	// Default 10,000: the filter holds one long-poll per Envoy worker, so
 	// this is far above need while bounding goroutines and memory.
 	MaxWaiters int
-	// MaxPeers caps concurrent ZMQ connections; more are closed at once.
-	// Default 1024: one connection per prefiller TP rank.
+	// MaxPeers caps concurrent ZMQ connections. A new connection at the cap
+	// evicts the least recently active peer (kvbridge_zmq_connections_total
+	// {result="evicted"}). Default 1024: one connection per prefiller TP rank.
 	MaxPeers int
 	// MaxMessageBytes caps one ZMQ message (all frames, headers included); a
 	// peer that sends a larger one is disconnected, as libzmq does with
@@ -47,6 +52,14 @@ type Config struct {
 	// Default 10s: libzmq peers finish in microseconds; this only clears out
 	// connections that never speak ZMTP.
 	HandshakeTimeout time.Duration
+	// IdleTimeout disconnects a peer that sent no message and no ZMTP
+	// command (heartbeat PING) for this long. Default 10m: a prefiller rank
+	// notifies on every lmcache request, and libzmq reconnects a dropped
+	// PUSH socket by itself within 100 ms, so only dead or hostile peers stay
+	// quiet that long. A notification sent at the very instant of the
+	// disconnect can be lost; the filter then waits kv_wait_timeout_ms and
+	// follows on_kv_timeout.
+	IdleTimeout time.Duration
 	// Logger receives the service's structured logs. Default: discard, so
 	// that a library user is not logged at unless it asks.
 	Logger *slog.Logger
@@ -55,11 +68,18 @@ type Config struct {
 	Now func() time.Time
 }
 
+// BytesPerPendingID is the memory kvbridge takes per pending id, the one
+// figure the documents give: resident memory, measured with kvbridge-load
+// -run rss (1,000,000 ids: 190–225 MiB with the default GOGC; 137 B/id of
+// it is live heap, BenchmarkStoreMemory). TestBytesPerPendingID checks the
+// live heap stays under it and the documents say it.
+const BytesPerPendingID = 200
+
 // WithDefaults returns cfg with every zero field set to its default; the
 // command line takes its flag defaults from Config{}.WithDefaults().
 func (cfg Config) WithDefaults() Config {
 	if cfg.ZMQBind == "" {
-		cfg.ZMQBind = "tcp://0.0.0.0:7500"
+		cfg.ZMQBind = "tcp://127.0.0.1:7500"
 	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:7501"
@@ -81,6 +101,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 10 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -111,6 +134,7 @@ func (cfg Config) Validate() error {
 		{"zmq-max-peers: must be positive", cfg.MaxPeers < 0},
 		{"zmq-max-message-bytes: must be at least 64", cfg.MaxMessageBytes < 64},
 		{"zmq-handshake-timeout: must be positive", cfg.HandshakeTimeout < 0},
+		{"zmq-idle-timeout: must be positive", cfg.IdleTimeout < 0},
 	} {
 		if f.bad {
 			return errors.New(f.name)
@@ -171,11 +195,13 @@ func New(cfg Config) (*Service, error) {
 		maxPeers:         cfg.MaxPeers,
 		maxMessageBytes:  cfg.MaxMessageBytes,
 		handshakeTimeout: cfg.HandshakeTimeout,
+		idleTimeout:      cfg.IdleTimeout,
+		now:              time.Now,
 		log:              cfg.Logger,
 		handle:           s.handleFrame,
 		malformed:        s.countMalformed,
 		event:            func(r connectionResult) { s.metrics.connections.WithLabelValues(string(r)).Inc() },
-		peers:            make(map[net.Conn]struct{}),
+		peers:            make(map[net.Conn]*peerState),
 	}
 	s.http = &http.Server{
 		Handler:           s.routes(),

@@ -491,3 +491,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted an invalid config")
 	}
 }
+
+// Issue 31: the filter waits in slices of 2 s ("slice":true); a slice that
+// ends with the id pending is counted as pending, not as a timeout, so that
+// the timeout count only moves when a waiter gave up.
+func TestSliceEndsPending(t *testing.T) {
+	b := start(t, Config{})
+	status, body := post(t, b.url+"/v1/kv/wait", `{"wait_ms":50,"slice":true,"ids":[{"req_id":"later"}]}`)
+	expect(t, status, body, 200, `{"ready":[]}`)
+	status, body = post(t, b.url+"/v1/kv/wait", `{"wait_ms":50,"ids":[{"req_id":"later"}]}`)
+	expect(t, status, body, 200, `{"ready":[]}`)
+	m := scrape(t, b)
+	for _, want := range []string{
+		`kvbridge_waits_total{result="pending"} 1` + "\n",
+		`kvbridge_waits_total{result="timeout"} 1` + "\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

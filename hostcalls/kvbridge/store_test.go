@@ -3,8 +3,10 @@ package kvbridge
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -346,4 +348,44 @@ func BenchmarkStoreMemory(b *testing.B) {
 	}
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "live-B/id")
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "live-MiB")
+}
+
+// Issue 31: three documents gave three figures for the memory per pending
+// id. One figure, BytesPerPendingID, is in every document, and the live
+// heap per id (a part of the resident figure) stays under it.
+func TestBytesPerPendingID(t *testing.T) {
+	const n = 200_000
+	ids := make([][]byte, n)
+	for i := range ids {
+		ids[i] = []byte(fmt.Sprintf("00000000-0000-4000-8000-%012x", i))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := newStore(time.Hour, n, 10)
+	for _, id := range ids {
+		s.notify(id, t0)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(s)
+	if perID := float64(after.HeapAlloc-before.HeapAlloc) / n; perID > BytesPerPendingID {
+		t.Errorf("live heap %.0f B per pending id; the documents say about %d B resident", perID, BytesPerPendingID)
+	}
+	want := fmt.Sprintf("about %d B per pending id", BytesPerPendingID)
+	for _, doc := range []string{"../../docs/OPERATIONS.md", "../README.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(strings.Fields(string(b)), " ")
+		if !strings.Contains(strings.ToLower(text), strings.ToLower(want)) {
+			t.Errorf("%s does not say %q", doc, want)
+		}
+		for _, stale := range []string{"100 bytes per id", "137 B live heap per id", "209 B/id"} {
+			if strings.Contains(text, stale) {
+				t.Errorf("%s still says %q", doc, stale)
+			}
+		}
+	}
 }

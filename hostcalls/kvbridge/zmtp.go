@@ -57,10 +57,19 @@ type receiver struct {
 	malformed        func(reason string)
 	event            func(connectionResult)
 
+	idleTimeout time.Duration
+	now         func() time.Time // monotonic clock for peers' activity (time.Now)
+
 	mu     sync.Mutex
-	peers  map[net.Conn]struct{}
+	peers  map[net.Conn]*peerState
 	closed bool
 	wg     sync.WaitGroup
+}
+
+// peerState is what the receiver knows of one connection: when it last
+// showed life (accepted, a message, a command), under receiver.mu.
+type peerState struct {
+	lastActive time.Time
 }
 
 // connectionResult labels what became of an accepted TCP connection.
@@ -70,7 +79,15 @@ const (
 	connAccepted        connectionResult = "accepted"
 	connRejected        connectionResult = "rejected"
 	connHandshakeFailed connectionResult = "handshake_failed"
+	// connEvicted: closed to make room for a new connection at the peer
+	// limit, the least recently active peer first.
+	connEvicted connectionResult = "evicted"
+	// connIdleTimeout: closed after idleTimeout without a message or command.
+	connIdleTimeout connectionResult = "idle_timeout"
 )
+
+// connectionResults are every label of kvbridge_zmq_connections_total.
+var connectionResults = []connectionResult{connAccepted, connRejected, connHandshakeFailed, connEvicted, connIdleTimeout}
 
 // serve accepts peers until close; it returns nil after close and the
 // listener's error otherwise.
@@ -95,7 +112,7 @@ func (r *receiver) serve() error {
 		if !r.track(c) {
 			c.Close()
 			r.event(connRejected)
-			r.log.Warn("zmq peer rejected: too many peers", "peer", c.RemoteAddr().String(), "max_peers", r.maxPeers)
+			r.log.Debug("zmq peer rejected: shutting down", "peer", c.RemoteAddr().String())
 			continue
 		}
 		go r.servePeer(c)
@@ -109,16 +126,46 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-// track registers c as a live peer; it refuses when closed or full.
+// track registers c as a live peer; it refuses only when closed. At the
+// peer limit the least recently active peer is evicted to make room: idle
+// connections (a crowd of them opened to exhaust the limit, or prefillers
+// gone quiet) must not lock out a prefiller that reconnects, which would
+// make every lmcache request wait kv_wait_timeout_ms. A libzmq PUSH peer that
+// is evicted reconnects on its own (ZMQ_RECONNECT_IVL, 100 ms).
 func (r *receiver) track(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || len(r.peers) >= r.maxPeers {
+	if r.closed || r.maxPeers <= 0 {
 		return false
 	}
-	r.peers[c] = struct{}{}
+	for len(r.peers) >= r.maxPeers {
+		var victim net.Conn
+		var oldest time.Time
+		for pc, st := range r.peers {
+			if victim == nil || st.lastActive.Before(oldest) {
+				victim, oldest = pc, st.lastActive
+			}
+		}
+		// Its goroutine sees the closed connection and untracks it (a no-op
+		// in the map by then).
+		delete(r.peers, victim)
+		victim.Close()
+		r.event(connEvicted)
+		r.log.Warn("zmq peer evicted: peer limit reached", "peer", victim.RemoteAddr().String(),
+			"idle", r.now().Sub(oldest).Round(time.Millisecond).String(), "max_peers", r.maxPeers)
+	}
+	r.peers[c] = &peerState{lastActive: r.now()}
 	r.wg.Add(1)
 	return true
+}
+
+// active records that c showed life.
+func (r *receiver) active(c net.Conn) {
+	r.mu.Lock()
+	if st := r.peers[c]; st != nil {
+		st.lastActive = r.now()
+	}
+	r.mu.Unlock()
 }
 
 func (r *receiver) untrack(c net.Conn) {
@@ -190,8 +237,22 @@ func (r *receiver) servePeer(c net.Conn) {
 	r.log.Debug("zmq peer connected", "peer", peer, "socket_type", zc.Peer.Meta["Socket-Type"])
 
 	for {
+		if r.idleTimeout > 0 {
+			if err := c.SetReadDeadline(time.Now().Add(r.idleTimeout)); err != nil {
+				return
+			}
+		}
 		msg, err := zc.RecvMsg()
+		if err == nil {
+			r.active(c)
+		}
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				r.event(connIdleTimeout)
+				r.log.Info("zmq peer idle, disconnected", "peer", peer, "idle_timeout", r.idleTimeout.String())
+				return
+			}
 			if errors.Is(err, errMessageTooLarge) {
 				r.malformed("message over the size limit")
 				r.log.Debug("zmq peer dropped", "peer", peer, "err", err)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
+
 	"github.com/pdroute/pdroute/hostcalls/zmqpush"
 )
 
@@ -309,15 +311,95 @@ func TestPingPong(t *testing.T) {
 	expect(t, status, body, 200, `{"req_id":"after-ping","count":1}`)
 }
 
+// At the peer limit a new connection evicts the least recently active peer.
 func TestPeerLimit(t *testing.T) {
 	b := start(t, Config{MaxPeers: 2})
-	dial(t, b.svc.ZMQEndpoint())
-	dial(t, b.svc.ZMQEndpoint())
+	quiet := dialRaw(t, b.svc.ZMQEndpoint())
+	quiet.handshake(readyPUSH)
+	busy := dial(t, b.svc.ZMQEndpoint())
 	waitFor(t, "2 peers", func() bool { return b.svc.Stats().Peers == 2 })
-	p := dialRaw(t, b.svc.ZMQEndpoint())
-	p.expectClosed()
-	if m := scrape(t, b); !strings.Contains(m, `kvbridge_zmq_connections_total{result="rejected"} 1`+"\n") {
-		t.Error("rejected connection not counted")
+	send(t, busy, EncodeNotification(TagProxyNotif, "busy-1"))
+	waitFor(t, "busy-1", func() bool { return b.svc.Stats().Received == 1 })
+	stillWorks(t, b, "third") // a third peer: the quiet one goes
+	quiet.expectClosed()
+	send(t, busy, EncodeNotification(TagProxyNotif, "busy-2"))
+	status, body := get(t, b.url+"/v1/kv/busy-2?wait_ms=5000")
+	expect(t, status, body, 200, `{"req_id":"busy-2","count":1}`)
+	m := scrape(t, b)
+	for _, want := range []string{
+		`kvbridge_zmq_connections_total{result="evicted"} 1` + "\n",
+		`kvbridge_zmq_connections_total{result="rejected"} 0` + "\n",
+		"kvbridge_zmq_max_peers 2\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// Issue 31: 1,024 idle connections (the default peer limit), half of them
+// silent in the handshake and half with the handshake done, are held open;
+// a prefiller's real PUSH socket (go-zeromq's) still connects and its
+// notification is served at once, long before any timeout.
+func TestIdlePeersDoNotLockOutAPrefiller(t *testing.T) {
+	b := start(t, Config{})
+	const idle = 1024
+	var wg sync.WaitGroup
+	peers := make([]*rawPeer, idle)
+	for i := range peers {
+		peers[i] = dialRaw(t, b.svc.ZMQEndpoint())
+		peers[i].c.SetDeadline(time.Time{})
+	}
+	for i := 0; i < idle; i += 2 {
+		wg.Add(1)
+		go func(p *rawPeer) {
+			defer wg.Done()
+			p.c.SetDeadline(time.Now().Add(30 * time.Second))
+			p.write(zmtpGreeting("NULL"))
+			p.write(frame(zmtpFlagCommand, []byte(readyPUSH)))
+			p.c.SetDeadline(time.Time{})
+		}(peers[i])
+	}
+	wg.Wait()
+	waitFor(t, "1,024 peers", func() bool { return b.svc.Stats().Peers == idle })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	push := zmq4.NewPush(ctx)
+	defer push.Close()
+	if err := push.Dial(b.svc.ZMQEndpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := push.Send(zmq4.NewMsg(EncodeNotification(TagProxyNotif, "legit-req-1"))); err != nil {
+		t.Fatal(err)
+	}
+	status, body := get(t, b.url+"/v1/kv/legit-req-1?wait_ms=3000")
+	expect(t, status, body, 200, `{"req_id":"legit-req-1","count":1}`)
+	if got := b.svc.Stats().Peers; got != idle {
+		t.Errorf("%d peers, want %d (the limit, one idle peer evicted)", got, idle)
+	}
+	if m := scrape(t, b); !strings.Contains(m, `kvbridge_zmq_connections_total{result="evicted"} 1`+"\n") {
+		t.Error("the eviction is not counted")
+	}
+}
+
+// A peer with the handshake done that then says nothing is disconnected
+// after the idle timeout; one that keeps sending stays.
+func TestIdleTimeout(t *testing.T) {
+	b := start(t, Config{IdleTimeout: 300 * time.Millisecond})
+	quiet := dialRaw(t, b.svc.ZMQEndpoint())
+	quiet.handshake(readyPUSH)
+	busy := dial(t, b.svc.ZMQEndpoint())
+	for i := 0; i < 8; i++ {
+		send(t, busy, EncodeNotification(TagProxyNotif, fmt.Sprint("tick-", i)))
+		time.Sleep(100 * time.Millisecond)
+	}
+	quiet.expectClosed()
+	send(t, busy, EncodeNotification(TagProxyNotif, "still-up"))
+	status, body := get(t, b.url+"/v1/kv/still-up?wait_ms=5000")
+	expect(t, status, body, 200, `{"req_id":"still-up","count":1}`)
+	if m := scrape(t, b); !strings.Contains(m, `kvbridge_zmq_connections_total{result="idle_timeout"} 1`+"\n") {
+		t.Error("the idle timeout is not counted")
 	}
 }
 

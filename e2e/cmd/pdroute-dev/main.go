@@ -4,12 +4,21 @@
 // engines, and kvbridge in lmcache mode. `make dev` runs it; `make demo`
 // runs it with -demo.
 //
-//	pdroute-dev [-proxy emulator|envoy|auto] [-demo]
+//	pdroute-dev [-proxy emulator|envoy|auto] [-demo] [-module FILE]
 //	pdroute-dev -wasm
+//
+// -module runs the given wasm module: make demo and make dev pass
+// build/pdroute.wasm, the module make build produced, so the stack runs
+// what is shipped. Without it the filter is built with e2e/wasmbuild
+// (the pinned toolchain, cached under build/testplugins).
 //
 // The mode comes from PDROUTE_DEV_MODE (nixl, the default; orchestrated,
 // lmcache, sglang) and the listener from PDROUTE_DEV_ADDR (default
-// 127.0.0.1:10000; admin 9901, engines 8100–8103, kvbridge 7500/7501).
+// 127.0.0.1:10000). The other fixed ports move with PDROUTE_DEV_ADMIN_PORT
+// (9901), PDROUTE_DEV_ENGINE_PORT (8100: the four mock engines take
+// 8100–8103) and PDROUTE_DEV_KVBRIDGE_PORT (7500: ZeroMQ, and the next
+// port, 7501, its HTTP API; lmcache mode only); 0 picks free ports. Two
+// stacks can thus run side by side.
 // Without -demo it prints the addresses, a curl example and the generated
 // envoy.yaml's path, then serves until SIGINT or SIGTERM. With -demo it
 // starts the same stack on free ports, sends a short, a long and a
@@ -28,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -38,9 +48,24 @@ import (
 
 // Environment variables read by pdroute-dev.
 const (
-	modeEnv = "PDROUTE_DEV_MODE"
-	addrEnv = "PDROUTE_DEV_ADDR"
+	modeEnv         = "PDROUTE_DEV_MODE"
+	addrEnv         = "PDROUTE_DEV_ADDR"
+	adminPortEnv    = "PDROUTE_DEV_ADMIN_PORT"
+	enginePortEnv   = "PDROUTE_DEV_ENGINE_PORT"
+	kvbridgePortEnv = "PDROUTE_DEV_KVBRIDGE_PORT"
 )
+
+// envHelp is the environment pdroute-dev reads, for its usage text.
+const envHelp = `Environment:
+  PDROUTE_DEV_MODE           nixl (default), orchestrated, lmcache or sglang
+  PDROUTE_DEV_ADDR           the listener, IP:port (default 127.0.0.1:10000)
+  PDROUTE_DEV_ADMIN_PORT     Envoy's admin port (default 9901)
+  PDROUTE_DEV_ENGINE_PORT    the first mock engine's port; the four take it and the next
+                             three (default 8100: 8100-8103)
+  PDROUTE_DEV_KVBRIDGE_PORT  kvbridge's ZeroMQ port, its HTTP API on the next (default
+                             7500: 7500 and 7501; lmcache mode)
+  A port of 0 is picked free. -demo always uses free ports.
+`
 
 // devConfigDir is where the dev stack writes its envoy.yaml (relative to
 // the working directory, the repository root under make), and devPorts its
@@ -60,17 +85,25 @@ func main() {
 type options struct {
 	demo     bool
 	wasm     bool
+	module   string // a prebuilt wasm module to run
 	proxy    string // emulator, envoy or auto
 	mode     config.Mode
 	listener netip.AddrPort
+	ports    stack.Ports // the fixed ports but the listener's (make dev)
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("pdroute-dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: pdroute-dev [-proxy emulator|envoy|auto] [-demo] [-module FILE] | -wasm\n\n")
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, "\n"+envHelp)
+	}
 	var o options
 	fs.BoolVar(&o.demo, "demo", false, "send a short, a long and a streaming long request, explain each, and exit")
 	fs.BoolVar(&o.wasm, "wasm", false, "build the filter module, print its path and exit")
+	fs.StringVar(&o.module, "module", "", "run this wasm module (make demo and make dev: build/pdroute.wasm) instead of building the filter")
 	fs.StringVar(&o.proxy, "proxy", "", `proxy that runs the filter: "emulator" (default), "envoy" (ENVOY_BIN or envoy on PATH, Envoy >= 1.35), or "auto" (envoy if one is found; the default with -demo)`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -105,6 +138,26 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return o, fmt.Errorf("%s=%q: want IP:port, e.g. 127.0.0.1:10000", addrEnv, addr)
 	}
 	o.listener = ap
+	o.ports = devPorts
+	for _, p := range []struct {
+		env string
+		dst *uint16
+		n   int // ports taken from the value on
+	}{{adminPortEnv, &o.ports.Admin, 1}, {enginePortEnv, &o.ports.EngineBase, 4}, {kvbridgePortEnv, &o.ports.KVBridgeZMQ, 2}} {
+		v := getenv(p.env)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || n != 0 && n+uint64(p.n)-1 > 65535 {
+			return o, fmt.Errorf("%s=%q: want a port number (0 picks a free one)", p.env, v)
+		}
+		*p.dst = uint16(n)
+	}
+	o.ports.KVBridgeHTTP = 0
+	if o.ports.KVBridgeZMQ != 0 {
+		o.ports.KVBridgeHTTP = o.ports.KVBridgeZMQ + 1
+	}
 	return o, nil
 }
 
@@ -152,12 +205,27 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 		// Free ports: a demo must not collide with a running `make dev`.
 		topo.Ports = stack.Ports{}
 	} else {
-		topo.Ports = devPorts
+		topo.Ports = o.ports
 		topo.Ports.Listener = o.listener.Port()
 		topo.ListenerIP = o.listener.Addr().String()
 		topo.ConfigDir = devConfigDir
 	}
-	fmt.Fprintf(stdout, "pdroute-dev: building the filter and starting %s mode (first build takes a minute)...\n", o.mode)
+	if o.module != "" {
+		abs, err := filepath.Abs(o.module)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = os.Stat(abs); err == nil {
+				fmt.Fprintf(stdout, "pdroute-dev: starting %s mode with the module %s (%d bytes)...\n", o.mode, o.module, fi.Size())
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "pdroute-dev: -module:", err)
+			return 1
+		}
+		topo.WasmFile = abs
+	} else {
+		fmt.Fprintf(stdout, "pdroute-dev: building the filter with %s (cached after the first build, which takes a minute) and starting %s mode...\n", wasmbuild.Toolchain, o.mode)
+	}
 	s, err := stack.Start(context.Background(), topo)
 	if err != nil {
 		fmt.Fprintln(stderr, "pdroute-dev:", err)
@@ -183,7 +251,7 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	fmt.Fprintf(w, "  proxy       %s, %d workers\n              (%s)\n", s.ProxyName(), t.Workers, why)
 	fmt.Fprintf(w, "  listener    %s\n", s.URL)
 	fmt.Fprintf(w, "  admin       %s/stats  (pdroute's metrics are wasmcustom.pdroute.*)\n", s.AdminURL)
-	fmt.Fprintf(w, "  debug       %s%s  (balancer state: in-flight counts, health)\n", s.URL, stack.DebugPath)
+	fmt.Fprintf(w, "  debug       %s%s  (balancer state: health, engine stats; in-flight counts for the strategies that keep them)\n", s.URL, stack.DebugPath)
 	for _, e := range s.Engines() {
 		a := e.Addresses
 		extra := ""
@@ -202,12 +270,21 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	}
 	abs, _ := filepath.Abs(s.BootstrapPath)
 	fmt.Fprintf(w, "  envoy.yaml  %s\n              (the generated bootstrap; with Envoy >= 1.35: envoy -c %s)\n", abs, abs)
-	fmt.Fprintf(w, "\nTry a short prompt (goes straight to a decoder):\n")
-	fmt.Fprintf(w, "  curl -sD- %s/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{\"model\":\"mock-model\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Say hello\"}]}'\n", s.URL)
+	short := "goes straight to a decoder"
+	if s.Config.ThresholdTokens == 0 {
+		short = "disaggregated too: in this mode every request is"
+	}
+	// ignore_eos: the mocks' toy model may pick its end-of-sequence token
+	// first, and an empty answer tells a newcomer nothing.
+	fmt.Fprintf(w, "\nTry a short prompt (%s):\n", short)
+	fmt.Fprintf(w, "  curl -sD- %s/v1/chat/completions -H 'content-type: application/json' \\\n    -d '%s'\n", s.URL, shortExample)
 	fmt.Fprintf(w, "and a long one (prefill on one engine, decode on another; see the x-pdroute-* and x-mock-kv headers):\n")
-	fmt.Fprintf(w, "  curl -sD- %s/v1/completions -H 'content-type: application/json' \\\n    -d \"{\\\"model\\\":\\\"mock-model\\\",\\\"max_tokens\\\":8,\\\"prompt\\\":\\\"$(printf 'tell me more %%.0s' $(seq 300))\\\"}\"\n", s.URL)
+	fmt.Fprintf(w, "  curl -sD- %s/v1/completions -H 'content-type: application/json' \\\n    -d \"{\\\"model\\\":\\\"mock-model\\\",\\\"max_tokens\\\":8,\\\"ignore_eos\\\":true,\\\"prompt\\\":\\\"$(printf 'tell me more %%.0s' $(seq 300))\\\"}\"\n", s.URL)
 	fmt.Fprintf(w, "\nStop with Ctrl-C.\n")
 }
+
+// shortExample is the body of the banner's first curl example.
+const shortExample = `{"model":"mock-model","max_tokens":8,"ignore_eos":true,"messages":[{"role":"user","content":"Say hello"}]}`
 
 // thresholdText says which requests are disaggregated.
 func thresholdText(c *config.Config) string {

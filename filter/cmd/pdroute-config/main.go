@@ -5,8 +5,10 @@
 //	pdroute-config check FILE    (FILE "-" reads standard input)
 //
 // Exit status: 0 and "ok: <summary>" on standard output for a valid
-// configuration; 1 with every problem on standard error, one per line as
-// "path: message"; 2 for a usage error or an unreadable file.
+// configuration, with a "warning: path: message" line on standard error for
+// each setting that is valid but almost certainly wrong (config.Warnings);
+// 1 with every problem on standard error, one per line as "path: message";
+// 2 for a usage error or an unreadable file.
 //
 // It is a native tool and may import anything, but it only wraps
 // filter/config.
@@ -57,6 +59,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	for _, w := range c.Warnings() {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 	fmt.Fprintln(stdout, "ok: "+summary(c))
 	return 0
 }
@@ -67,8 +72,13 @@ func summary(c *config.Config) string {
 	if c.ThresholdTokens > 0 {
 		threshold = fmt.Sprintf("disaggregate at >= %d tokens", c.ThresholdTokens)
 	}
-	return fmt.Sprintf("mode %s, %s, paths %s, prefill %s, decode %s, on_prefill_failure %s",
-		c.Mode, threshold, strings.Join(c.Paths, " "), pool(c.Prefill), pool(c.Decode), c.OnPrefillFailure)
+	failure := "on_prefill_failure " + string(c.OnPrefillFailure)
+	if c.Mode == config.ModeSGLang {
+		// the decode is already running: there is nothing to fall back to
+		failure = "a failed prefill fails the request (on_prefill_failure does not apply)"
+	}
+	return fmt.Sprintf("mode %s, %s, paths %s, prefill %s, decode %s, %s",
+		c.Mode, threshold, strings.Join(c.Paths, " "), pool(c.Prefill), pool(c.Decode), failure)
 }
 
 func pool(p config.Pool) string {

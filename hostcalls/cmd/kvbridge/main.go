@@ -77,14 +77,15 @@ func newFlagSet() (*flag.FlagSet, *options) {
 	o := &options{}
 	fs := flag.NewFlagSet("kvbridge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by run
-	fs.StringVar(&o.cfg.ZMQBind, "zmq-bind", def.ZMQBind, "ZeroMQ PULL endpoint prefillers' PUSH sockets connect to (tcp://host:port; host * = all interfaces)")
+	fs.StringVar(&o.cfg.ZMQBind, "zmq-bind", def.ZMQBind, "ZeroMQ PULL endpoint prefillers' PUSH sockets connect to (tcp://host:port; host * = all interfaces; loopback by default: prefillers on other hosts need tcp://0.0.0.0:7500 behind a network policy)")
 	fs.StringVar(&o.cfg.HTTPAddr, "http-addr", def.HTTPAddr, "host:port of the HTTP API")
 	fs.DurationVar(&o.cfg.TTL, "ttl", def.TTL, "how long an id is kept after its first notification")
 	fs.IntVar(&o.cfg.MaxEntries, "max-entries", def.MaxEntries, "most ids held; the oldest is evicted beyond it")
 	fs.IntVar(&o.cfg.MaxWaiters, "max-waiters", def.MaxWaiters, "most concurrent long-polls; more are answered 503")
-	fs.IntVar(&o.cfg.MaxPeers, "zmq-max-peers", def.MaxPeers, "most concurrent ZMQ connections; more are closed")
+	fs.IntVar(&o.cfg.MaxPeers, "zmq-max-peers", def.MaxPeers, "most concurrent ZMQ connections; at the limit a new one evicts the least recently active peer")
 	fs.IntVar(&o.cfg.MaxMessageBytes, "zmq-max-message-bytes", def.MaxMessageBytes, "largest ZMQ message; a peer sending more is disconnected")
 	fs.DurationVar(&o.cfg.HandshakeTimeout, "zmq-handshake-timeout", def.HandshakeTimeout, "time a new ZMQ connection has to finish its handshake")
+	fs.DurationVar(&o.cfg.IdleTimeout, "zmq-idle-timeout", def.IdleTimeout, "a ZMQ peer that sends nothing (no message, no heartbeat) for this long is disconnected")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")

@@ -46,7 +46,7 @@ func TestParseOptions(t *testing.T) {
 		err    string
 	}{
 		{"defaults", nil, env(), func(o *options) bool {
-			return o.cfg.ZMQBind == "tcp://0.0.0.0:7500" && o.cfg.HTTPAddr == "127.0.0.1:7501" &&
+			return o.cfg.ZMQBind == "tcp://127.0.0.1:7500" && o.cfg.HTTPAddr == "127.0.0.1:7501" &&
 				o.cfg.TTL == 120*time.Second && o.cfg.MaxEntries == 1_000_000 && o.cfg.MaxWaiters == def.MaxWaiters &&
 				o.cfg.MaxPeers == def.MaxPeers && o.cfg.MaxMessageBytes == def.MaxMessageBytes &&
 				o.cfg.HandshakeTimeout == def.HandshakeTimeout && o.logFormat == "text" && o.logLevel == "info"
