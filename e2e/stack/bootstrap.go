@@ -41,6 +41,11 @@ type Bootstrap struct {
 	// default (5 min) and writes nothing. The real-Envoy runner shortens it to
 	// measure what ends a request the filter never resumes.
 	StreamIdleTimeout time.Duration
+	// NoStopIteration leaves allow_on_headers_stop_iteration out of the wasm
+	// filter's config, as Istio's WasmPlugin, Envoy Gateway's
+	// EnvoyExtensionPolicy and Envoy 1.33/1.34 (which reject the field) do.
+	// Requests then take pdroute's headers way (route_at).
+	NoStopIteration bool
 }
 
 // Names written into every bootstrap.
@@ -119,7 +124,7 @@ func (b Bootstrap) Render() ([]byte, error) {
 					},
 					Configuration:               stringValue{Type: typeStringValue, Value: string(b.Plugin)},
 					FailurePolicy:               "FAIL_CLOSED",
-					AllowOnHeadersStopIteration: true,
+					AllowOnHeadersStopIteration: !b.NoStopIteration,
 				},
 			}},
 			{Name: "envoy.filters.http.router", TypedConfig: routerConfig{Type: typeRouter}},
@@ -331,7 +336,7 @@ type pluginConfig struct {
 	VMConfig                    vmConfig    `yaml:"vm_config"`
 	Configuration               stringValue `yaml:"configuration"`
 	FailurePolicy               string      `yaml:"failure_policy"`
-	AllowOnHeadersStopIteration bool        `yaml:"allow_on_headers_stop_iteration"`
+	AllowOnHeadersStopIteration bool        `yaml:"allow_on_headers_stop_iteration,omitempty"`
 }
 
 type vmConfig struct {

@@ -210,6 +210,7 @@ func (s *Stack) bootstrap(listener, admin string) Bootstrap {
 	return Bootstrap{
 		Listener: listener, Admin: admin, WasmFile: s.WasmFile, Plugin: s.PluginConfig,
 		Clusters: s.Clusters(), StreamIdleTimeout: s.Topology.StreamIdleTimeout,
+		NoStopIteration: s.Topology.NoStopIteration,
 	}
 }
 

@@ -96,6 +96,9 @@ func (r *rootContext) learn(w bodyWay, found bool) {
 	}
 	switch w {
 	case wayWorks:
+		if !found {
+			break
+		}
 		abi.LogInfof("pdroute: Envoy delivers the request body to a filter that paused the headers " +
 			"(allow_on_headers_stop_iteration is set): requests take the body way")
 	case wayWithheld:
@@ -109,9 +112,13 @@ func (r *rootContext) learn(w bodyWay, found bool) {
 		if limits := r.cfg.HeadersWayLimits(); len(limits) > 0 {
 			msg += "; " + strings.Join(limits, "; ")
 		}
-		if r.cfg.RouteAt == config.RouteAtBody {
+		switch {
+		case !found:
+			// Another VM of this proxy found it and logged why.
+			abi.LogInfof("pdroute: requests take the headers way (Envoy withholds the body of a paused request; found by another VM)")
+		case r.cfg.RouteAt == config.RouteAtBody:
 			abi.LogErrorf("%s. route_at is \"body\": set allow_on_headers_stop_iteration: true on the wasm filter, or route_at \"auto\"", msg)
-		} else {
+		default:
 			abi.LogWarnf("%s", msg)
 		}
 	}

@@ -10,6 +10,10 @@
 // The mode comes from PDROUTE_DEV_MODE (nixl, the default; orchestrated,
 // lmcache, sglang) and the listener from PDROUTE_DEV_ADDR (default
 // 127.0.0.1:10000; admin 9901, engines 8100–8103, kvbridge 7500/7501).
+// PDROUTE_DEV_STOP_ITERATION=off leaves allow_on_headers_stop_iteration out
+// of the wasm filter's config, as Istio's WasmPlugin, Envoy Gateway and
+// Envoy 1.33/1.34 do (the emulator then imitates Envoy 1.34); requests take
+// pdroute's headers way.
 // Without -demo it prints the addresses, a curl example and the generated
 // envoy.yaml's path, then serves until SIGINT or SIGTERM. With -demo it
 // starts the same stack on free ports, sends a short, a long and a
@@ -38,8 +42,9 @@ import (
 
 // Environment variables read by pdroute-dev.
 const (
-	modeEnv = "PDROUTE_DEV_MODE"
-	addrEnv = "PDROUTE_DEV_ADDR"
+	modeEnv     = "PDROUTE_DEV_MODE"
+	addrEnv     = "PDROUTE_DEV_ADDR"
+	stopIterEnv = "PDROUTE_DEV_STOP_ITERATION"
 )
 
 // devConfigDir is where the dev stack writes its envoy.yaml (relative to
@@ -63,6 +68,8 @@ type options struct {
 	proxy    string // emulator, envoy or auto
 	mode     config.Mode
 	listener netip.AddrPort
+	// noStopIter: PDROUTE_DEV_STOP_ITERATION=off.
+	noStopIter bool
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -95,6 +102,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	case config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang:
 	default:
 		return o, fmt.Errorf("%s=%q: want nixl, orchestrated, lmcache or sglang", modeEnv, o.mode)
+	}
+	switch v := getenv(stopIterEnv); v {
+	case "", "on":
+	case "off":
+		o.noStopIter = true
+	default:
+		return o, fmt.Errorf("%s=%q: want on (allow_on_headers_stop_iteration: true, the default) or off (left out, as Istio's WasmPlugin does)", stopIterEnv, v)
 	}
 	addr := getenv(addrEnv)
 	if addr == "" {
@@ -142,6 +156,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 	proxy, why := chooseProxy(o.proxy)
 	topo := stack.DevTopology(o.mode)
 	topo.Proxy = proxy
+	topo.NoStopIteration = o.noStopIter
 	topo.LogLevel = "warning"
 	topo.LogSink = stderr
 	if o.demo {
@@ -177,6 +192,7 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	t := s.Topology
 	fmt.Fprintf(w, "\npdroute dev stack: mode %s, %s\n", t.Mode, thresholdText(s.Config))
 	fmt.Fprintf(w, "  proxy       %s, %d workers\n              (%s)\n", s.ProxyName(), t.Workers, why)
+	fmt.Fprintf(w, "  requests    %s\n", wayText(s))
 	fmt.Fprintf(w, "  listener    %s\n", s.URL)
 	fmt.Fprintf(w, "  admin       %s/stats  (pdroute's metrics are wasmcustom.pdroute.*)\n", s.AdminURL)
 	fmt.Fprintf(w, "  debug       %s%s  (balancer state: in-flight counts, health)\n", s.URL, stack.DebugPath)
@@ -203,6 +219,21 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	fmt.Fprintf(w, "and a long one (prefill on one engine, decode on another; see the x-pdroute-* and x-mock-kv headers):\n")
 	fmt.Fprintf(w, "  curl -sD- %s/v1/completions -H 'content-type: application/json' \\\n    -d \"{\\\"model\\\":\\\"mock-model\\\",\\\"max_tokens\\\":8,\\\"prompt\\\":\\\"$(printf 'tell me more %%.0s' $(seq 300))\\\"}\"\n", s.URL)
 	fmt.Fprintf(w, "\nStop with Ctrl-C.\n")
+}
+
+// wayText says which way handled requests take through the filter.
+func wayText(s *stack.Stack) string {
+	if !s.Topology.NoStopIteration {
+		return "body way: the wasm filter sets allow_on_headers_stop_iteration (Envoy >= 1.35), so pdroute\n" +
+			"              reads each body before it chooses the decoder (PDROUTE_DEV_STOP_ITERATION=off: as Istio's WasmPlugin)"
+	}
+	text := "headers way: the wasm filter has no allow_on_headers_stop_iteration, as with Istio's WasmPlugin,\n" +
+		"              Envoy Gateway or Envoy 1.33/1.34. pdroute notices it on the first request (about 0.3 s late),\n" +
+		"              then chooses each decoder from the headers and holds the body until the prefill is done"
+	for _, l := range s.Config.HeadersWayLimits() {
+		text += ";\n              " + l
+	}
+	return text
 }
 
 // thresholdText says which requests are disaggregated.
