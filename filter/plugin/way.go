@@ -59,7 +59,7 @@ const (
 	// withheldWindow: a body callback this soon after a probe continued
 	// the headers is Envoy delivering what it had buffered, not a client
 	// that happened to send then.
-	withheldWindow = 50 * time.Millisecond
+	withheldWindow = 20 * time.Millisecond
 )
 
 // way returns what is known, reading shared data until something is.
