@@ -173,7 +173,11 @@ func (b Bootstrap) Render() ([]byte, error) {
 		OriginalDstLbConfig: &originalDstLbConfig{UseHTTPHeader: true},
 	})
 	var out bytes.Buffer
-	out.WriteString(yamlHeader)
+	if b.NoStopIteration {
+		out.WriteString(yamlHeaderNoFlag)
+	} else {
+		out.WriteString(yamlHeader)
+	}
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)
 	if err := enc.Encode(boot); err != nil {
@@ -185,10 +189,18 @@ func (b Bootstrap) Render() ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// yamlHeader starts every rendered bootstrap.
+// yamlHeader starts a rendered bootstrap.
 const yamlHeader = `# Envoy bootstrap for pdroute, written by e2e/stack (Bootstrap.Render).
 # Needs Envoy >= 1.35 (allow_on_headers_stop_iteration). Do not edit by hand:
 # regenerate it (see e2e/envoy/README.md).
+`
+
+// yamlHeaderNoFlag starts a bootstrap rendered with NoStopIteration.
+const yamlHeaderNoFlag = `# Envoy bootstrap for pdroute, written by e2e/stack (Bootstrap.Render).
+# For Envoy >= 1.33, 1.33 and 1.34 included: the wasm filter has no
+# allow_on_headers_stop_iteration, so requests take pdroute's headers way (the
+# decoder chosen from the headers). Do not edit by hand: regenerate it (see
+# e2e/envoy/README.md).
 `
 
 // check reports what in b contradicts the plugin configuration.
