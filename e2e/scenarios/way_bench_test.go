@@ -23,7 +23,9 @@ var wayPromptSizes = []int{1, 8, 55}
 
 // longContext lets the mocks take the largest prompt (their words count more
 // tokens than tokenest's estimate) and as many requests as come.
-func longContext(c *mocks.Config) { c.MaxConcurrency, c.MaxModelLen, c.KVCacheBlocks = -1, 1<<20, 1<<18 }
+func longContext(c *mocks.Config) {
+	c.MaxConcurrency, c.MaxModelLen, c.KVCacheBlocks = -1, 1<<20, 1<<18
+}
 
 // chatOfTokens is a chat body tokenest estimates at about k thousand tokens.
 func chatOfTokens(b *testing.B, k int, extra map[string]any) []byte {
