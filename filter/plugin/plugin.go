@@ -178,7 +178,7 @@ func (r *rootContext) OnTick() {
 	if r.kv != nil {
 		r.kv.tick(now)
 	}
-	_ = r.way() // learn what another VM found
+	_ = r.refreshWay() // learn what another VM found
 	for _, s := range r.streams {
 		if s.awaitingBody {
 			r.asStream(s, func() { s.checkBodyWait(now) })

@@ -67,6 +67,12 @@ func (r *rootContext) way() bodyWay {
 	if r.known != wayUnknown {
 		return r.known
 	}
+	return r.refreshWay()
+}
+
+// refreshWay reads what the proxy's VMs found (each tick: a finding can
+// change, see bodyArrived).
+func (r *rootContext) refreshWay() bodyWay {
 	v, _, err := r.store.Get(wayKey)
 	if err == nil && len(v) == 1 {
 		switch v[0] {
@@ -161,7 +167,11 @@ func (s *stream) bodyArrived() {
 		s.awaitingBody = false
 		s.r.learn(wayWorks, true)
 	case !s.probedAt.IsZero():
-		if time.Since(s.probedAt) <= withheldWindow && s.r.way() == wayUnknown {
+		// Also when the body way was known to work: the flag can be taken
+		// off a running proxy (a new filter config on the same VM id), and
+		// every request would then wait bodyWatchdog. The reverse needs no
+		// such care: on the headers way nothing waits.
+		if time.Since(s.probedAt) <= withheldWindow && s.r.way() != wayWithheld {
 			s.r.learn(wayWithheld, true)
 		}
 		s.probedAt = time.Time{}
