@@ -167,11 +167,10 @@ func (s *stream) bodyArrived() {
 		s.awaitingBody = false
 		s.r.learn(wayWorks, true)
 	case !s.probedAt.IsZero():
-		// Also when the body way was known to work: the flag can be taken
-		// off a running proxy (a new filter config on the same VM id), and
-		// every request would then wait bodyWatchdog. The reverse needs no
-		// such care: on the headers way nothing waits.
-		if time.Since(s.probedAt) <= withheldWindow && s.r.way() != wayWithheld {
+		// Only while nothing is known: once a body came during a pause, a
+		// body right after a probe is a slow client whose bytes met the
+		// 10 s tick (on a busy worker the two events run back to back).
+		if time.Since(s.probedAt) <= withheldWindow && s.r.way() == wayUnknown {
 			s.r.learn(wayWithheld, true)
 		}
 		s.probedAt = time.Time{}
