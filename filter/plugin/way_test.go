@@ -283,3 +283,27 @@ func TestAutoLearnsBodyWay(t *testing.T) {
 		noErrors(t, h)
 	})
 }
+
+// TestBodyPinned: route_at "body" trusts the flag: a paused request waits for
+// its body past auto's probe (up to bodyWatchdog), and gets it.
+func TestBodyPinned(t *testing.T) {
+	run(t, withRouteAt(nixlConfig, "body"), func(t *testing.T, h filtertest.Harness) {
+		if p := h.GetTickPeriod(); p != 1000 {
+			t.Errorf("tick %d ms, want 1000 (nothing to probe)", p)
+		}
+		body := `{"model":"m","prompt":"hello"}`
+		id := pauseForBody(t, h, body)
+		time.Sleep(probeAfter + 20*time.Millisecond)
+		h.Tick()
+		if a := h.GetCurrentHttpStreamAction(id); a != types.ActionPause {
+			t.Fatalf("route_at body gave up after probeAfter: %v", a)
+		}
+		if a := h.CallOnRequestBody(id, []byte(body), true); a != types.ActionContinue {
+			t.Fatalf("body: %v", a)
+		}
+		if c, _ := get(h.GetCurrentRequestHeaders(id), "x-pdroute-cluster"); !strings.HasPrefix(c, "decode-") {
+			t.Errorf("route header %q set in the body phase", c)
+		}
+		noErrors(t, h)
+	})
+}
