@@ -159,6 +159,8 @@ func TestParseConfigErrors(t *testing.T) {
 			"http_filters[0].typed_config.config: only one of fail_open or failure_policy can be set"},
 		{"allow_on_headers_stop_iteration before 1.35", "failure_policy: FAIL_RELOAD", "failure_policy: FAIL_RELOAD\n                allow_on_headers_stop_iteration: true", EnvoyVersion{34},
 			`unknown field "allow_on_headers_stop_iteration" (added in Envoy 1.35`},
+		{"allow_on_headers_stop_iteration false on 1.33", "failure_policy: FAIL_RELOAD", "failure_policy: FAIL_RELOAD\n                allow_on_headers_stop_iteration: false", EnvoyVersion{33},
+			`unknown field "allow_on_headers_stop_iteration" (added in Envoy 1.35`},
 		{"bad runtime", "runtime: envoy.wasm.runtime.v8", "runtime: envoy.wasm.runtime.wazero", EnvoyVersion{},
 			`vm_config.runtime: unknown wasm runtime "envoy.wasm.runtime.wazero"`},
 		{"missing module", "filename: MODULE", "filename: /nonexistent/x.wasm", EnvoyVersion{},

@@ -51,6 +51,10 @@ type streamHooks interface {
 	addDecodedTrailers() *headerMap
 	addEncodedTrailers() *headerMap
 	info() *streamInfo
+	// clearRouteCache makes the next route lookup match the request
+	// headers again (a request-header change by the filter, ABI <= 0.2.1,
+	// or the clear_route_cache foreign function).
+	clearRouteCache()
 }
 
 // streamInfo is what properties read about a stream.
@@ -453,6 +457,15 @@ func (c *ctxState) headerMapFor(t uint32) *headerMap {
 		return res.trailers
 	}
 	return nil
+}
+
+// requestHeadersChanged clears the route cache after the filter changed map
+// type t, when t is the request headers: Envoy does so for modules of ABI
+// 0.2.1 and older, which are all the emulator loads.
+func (c *ctxState) requestHeadersChanged(t uint32) {
+	if t == 0 && c.hooks != nil {
+		c.hooks.clearRouteCache()
+	}
 }
 
 // mutableHeaderMap is getMap: the map a write of type t modifies (trailers are

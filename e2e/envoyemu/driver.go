@@ -511,6 +511,9 @@ func (v *vm) stats() VMStats {
 
 // --- streamHooks ---
 
+// clearRouteCache: the driver has no router.
+func (s *driverStream) clearRouteCache() {}
+
 // continueDecoding and continueEncoding record the resume; like proxytest, the
 // stream's current action becomes Continue.
 func (s *driverStream) continueDecoding() {

@@ -140,7 +140,10 @@ type hostConfig struct {
 	clusters     []cluster
 	// routeCluster is the route's fixed cluster; "" routes on x-target-cluster.
 	routeCluster string
-	admin        bool
+	// routes are route YAML entries placed before the catch-all route
+	// (named "catch_all").
+	routes string
+	admin  bool
 }
 
 func (c hostConfig) yaml(t testing.TB) string {
@@ -166,7 +169,9 @@ func (c hostConfig) yaml(t testing.TB) string {
 	if c.reqTimeout != "" {
 		fmt.Fprintf(&b, "          request_timeout: %s\n", c.reqTimeout)
 	}
-	b.WriteString("          route_config:\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n              - match: {prefix: \"/\"}\n                route:\n")
+	b.WriteString("          route_config:\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n")
+	b.WriteString(c.routes)
+	b.WriteString("              - name: catch_all\n                match: {prefix: \"/\"}\n                route:\n")
 	if c.routeCluster != "" {
 		fmt.Fprintf(&b, "                  cluster: %s\n", c.routeCluster)
 	} else {

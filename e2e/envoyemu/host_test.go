@@ -779,3 +779,29 @@ func TestRequestTrailers(t *testing.T) {
 		t.Errorf("got %d %q bodies %q", resp.StatusCode, b, resp.Header.Get("x-request-bodies"))
 	}
 }
+
+// TestRouteCache: Envoy matches the route when the request headers arrive,
+// before the filters, and again only after the cache is cleared; a wasm
+// filter's request-header change clears it (ABI <= 0.2.1). So the route
+// the filter reads before its change is the catch-all, the one after it and
+// the one the router uses is the route of the new path.
+func TestRouteCache(t *testing.T) {
+	a, b := newUpstream(t, "a"), newUpstream(t, "b")
+	h := startHost(t, hostConfig{
+		plugin:   "kitchen",
+		clusters: []cluster{{name: "a", endpoints: []string{a.addr}}, {name: "b", endpoints: []string{b.addr}}},
+		routes:   "              - name: to_a\n                match: {prefix: \"/a/\"}\n                route: {cluster: a}\n",
+	}, Options{Concurrency: 1})
+	r := do(t, h, "GET", "/reroute?to=/a/x", nil, "x-target-cluster", "b")
+	if r.status != 200 || !strings.HasPrefix(r.body, "a GET /a/x") {
+		t.Errorf("got %d %q, want cluster a (the route of the changed path)", r.status, r.body)
+	}
+	if got := r.header.Get("x-routes"); got != "catch_all,to_a" {
+		t.Errorf("xds.route_name before,after the :path change = %q, want catch_all,to_a", got)
+	}
+	// Unchanged headers keep the route matched on arrival.
+	r = do(t, h, "GET", "/a/y", nil)
+	if r.status != 200 || !strings.HasPrefix(r.body, "a GET /a/y") {
+		t.Errorf("got %d %q", r.status, r.body)
+	}
+}

@@ -280,10 +280,12 @@ func proxyCallForeignFunction(v *vm, s []uint64) {
 		s[0] = stInvalidMemoryAccess
 		return
 	}
-	// clear_route_cache is a no-op: the emulator evaluates routes after the filter.
 	if name != "clear_route_cache" {
 		s[0] = stNotFound
 		return
+	}
+	if c := v.effectiveContext(); c.hooks != nil {
+		c.hooks.clearRouteCache()
 	}
 	if (a32(s, 4) != 0 && !v.writeU32(a32(s, 4), 0)) || (a32(s, 5) != 0 && !v.writeU32(a32(s, 5), 0)) {
 		s[0] = stInvalidMemoryAccess
@@ -347,6 +349,7 @@ func proxyMutateHeaderMap(op func(*headerMap, string, string)) func(*vm, []uint6
 			return
 		}
 		op(m, key, val)
+		c.requestHeadersChanged(t)
 		s[0] = stOK
 	}
 }
@@ -369,6 +372,7 @@ func proxyRemoveHeaderMapValue(v *vm, s []uint64) {
 		return
 	}
 	m.remove(key)
+	c.requestHeadersChanged(t)
 	s[0] = stOK
 }
 
@@ -408,6 +412,7 @@ func proxySetHeaderMapPairs(v *vm, s []uint64) {
 		return
 	}
 	m.replaceAll(envoyPairs(data))
+	c.requestHeadersChanged(t)
 	s[0] = stOK
 }
 

@@ -36,7 +36,10 @@ type fakeHooks struct {
 	resets      []string
 	continues   []string
 	reqTrailers *headerMap
+	routeClears int
 }
+
+func (f *fakeHooks) clearRouteCache() { f.routeClears++ }
 
 func (f *fakeHooks) continueDecoding()            { f.continues = append(f.continues, "request") }
 func (f *fakeHooks) continueEncoding()            { f.continues = append(f.continues, "response") }
@@ -355,9 +358,15 @@ func TestHeaderMaps(t *testing.T) {
 	if st := tv.call("proxy_get_header_map_value", 8, k, kn, outP, outL); st != stBadArgument {
 		t.Errorf("map type 8: %d", st)
 	}
+	if tv.hooks.routeClears != 0 {
+		t.Errorf("a failed write cleared the route cache")
+	}
 	tv.stream.reqHeaders = newHeaderMap([][2]string{{":path", "/"}, {"x-key", "v1"}})
 	if st := tv.call("proxy_add_header_map_value", 0, k, kn, val, vn); st != stOK {
 		t.Fatalf("add: %d", st)
+	}
+	if tv.hooks.routeClears != 1 {
+		t.Errorf("a request-header change cleared the route cache %d times, want 1", tv.hooks.routeClears)
 	}
 	if st := tv.call("proxy_get_header_map_value", 0, k, kn, outP, outL); st != stOK {
 		t.Fatalf("get: %d", st)

@@ -63,6 +63,11 @@ type stream struct {
 	finished        bool
 	curAck          func() // ack of the request chunk being processed
 	route           *RouteConfig
+	// cached is the route cache (HCM's cached_route_): matched when the
+	// request headers arrive, before any filter, and again on the next
+	// lookup once cleared (routeCached false).
+	cached      *RouteConfig
+	routeCached bool
 
 	up          *upstreamCall
 	routeCancel func()
@@ -309,6 +314,7 @@ func (s *stream) start(h *headerMap, eos bool) {
 	}
 	s.reqH = h
 	s.dec.complete = eos
+	s.cachedRoute() // refreshCachedRoute, before the filter chain
 	if s.filter == nil {
 		s.dec.headersContinued = true
 		s.routerHeaders()
@@ -507,11 +513,32 @@ func (s *stream) continueDecoding() {
 
 // --- router ---
 
-// routerHeaders is the router's decodeHeaders: route (with the headers as the
-// filter left them: request-header changes clear the route cache), cluster,
-// host, then the upstream request.
+// cachedRoute is the stream's route: the cached match, or a new match of the
+// request headers as they are now when the cache was cleared.
+func (s *stream) cachedRoute() *RouteConfig {
+	if !s.routeCached {
+		s.cached, s.routeCached = s.l.match(s.reqH), true
+		s.si.routeName = ""
+		if s.cached != nil {
+			s.si.routeName = s.cached.Name
+		}
+	}
+	return s.cached
+}
+
+// clearRouteCache is clearRouteCache: the next lookup matches again. Once
+// the router has its upstream request the route no longer changes.
+func (s *stream) clearRouteCache() {
+	if s.up == nil && !s.dec.headersContinued {
+		s.routeCached = false
+	}
+}
+
+// routerHeaders is the router's decodeHeaders: the cached route (request
+// headers a filter changed cleared the cache, so they are matched again),
+// cluster, host, then the upstream request.
 func (s *stream) routerHeaders() {
-	route := s.l.match(s.reqH)
+	route := s.cachedRoute()
 	if route == nil {
 		s.sendLocal(replyRouteNotFound, nil)
 		return
@@ -997,4 +1024,9 @@ func (s *stream) addEncodedTrailers() *headerMap {
 	return s.enc.trailers
 }
 
-func (s *stream) info() *streamInfo { return &s.si }
+func (s *stream) info() *streamInfo {
+	if s.reqH != nil && !s.finished {
+		s.cachedRoute() // xds.route_name looks the route up
+	}
+	return &s.si
+}

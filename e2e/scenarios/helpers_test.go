@@ -34,11 +34,47 @@ func TestMain(m *testing.M) {
 // script builds it once); unset, the stack builds stack.PluginPackage.
 const WasmEnv = "PDROUTE_E2E_WASM"
 
+// The two ways a handled request takes through the filter (RATIONALE: "Two
+// ways through a request"); every scenario runs in both, as subtests.
+const (
+	// bodyWay: the wasm filter sets allow_on_headers_stop_iteration (Envoy
+	// >= 1.35); the filter reads the body before it routes.
+	bodyWay = "body_way"
+	// headersWay: the filter's config has no such field, as Istio's
+	// WasmPlugin, Envoy Gateway and Envoy 1.33/1.34 (emulated: 1.34). The
+	// plugin's default route_at auto finds out on the first request and
+	// chooses decoders from the headers.
+	headersWay = "headers_way"
+)
+
+// bothWays runs a scenario as the subtests body_way and headers_way.
+func bothWays(t *testing.T, scenario func(t *testing.T)) {
+	t.Helper()
+	for _, w := range []string{bodyWay, headersWay} {
+		t.Run(w, scenario)
+	}
+}
+
+// onHeadersWay reports whether t runs under bothWays' headers_way.
+func onHeadersWay(t testing.TB) bool {
+	parts := strings.Split(t.Name(), "/")
+	return len(parts) > 1 && parts[1] == headersWay
+}
+
+// notOnHeadersWay skips what the headers way does not do, saying why.
+func notOnHeadersWay(t testing.TB, why string) {
+	t.Helper()
+	if onHeadersWay(t) {
+		t.Skip("not applicable on the headers way: " + why)
+	}
+}
+
 // start brings up a stack on the selected proxy; with real Envoy a missing
 // binary fails the test (the runner script decides whether to skip).
 func start(t testing.TB, topo stack.Topology) *stack.Stack {
 	t.Helper()
 	topo.Proxy = proxy
+	topo.NoStopIteration = onHeadersWay(t)
 	topo.WasmFile = os.Getenv(WasmEnv)
 	return stack.StartT(t, topo)
 }

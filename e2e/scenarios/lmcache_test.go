@@ -24,7 +24,13 @@ import (
 
 // TestLMCache runs the notification-ordering, disconnect and response
 // scenarios on one stack (2P+2D, TP 1, kv_wait_timeout_ms 8000).
-func TestLMCache(t *testing.T) {
+func TestLMCache(t *testing.T) { bothWays(t, testLMCache) }
+
+// lmcacheChatWhy is why lmcache chat is not disaggregated on the headers way.
+const lmcacheChatWhy = "lmcache mode sends chat completions straight to a decoder there " +
+	"(their decode leg is /v1/completions, and the path is fixed once the headers continue)"
+
+func testLMCache(t *testing.T) {
 	t.Parallel()
 	s := start(t, modeTopology(config.ModeLMCache, map[string]any{
 		"lmcache": map[string]any{"kv_wait_timeout_ms": 8000},
@@ -190,7 +196,26 @@ func TestLMCache(t *testing.T) {
 		kvStats(t, s).expectDelta(t, before, 2, 0)
 	})
 
+	t.Run("chat_direct_on_headers_way", func(t *testing.T) {
+		if !onHeadersWay(t) {
+			t.Skip("the headers way's limit; the body way disaggregates chat (chat_stream_first_token_first)")
+		}
+		reset(t, s)
+		body := chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true})
+		want := directText(t, s, body)
+		r := post(t, s, "/v1/chat/completions", body, nil)
+		r.expect(t, 200, "direct")
+		choices, _ := get(r.JSON(t), "choices").([]any)
+		if len(choices) != 1 {
+			t.Fatalf("answer: %s", r.Body)
+		}
+		if got := str(get(choices[0].(map[string]any), "message", "content")); got != want {
+			t.Errorf("answer %q, want the direct answer %q", got, want)
+		}
+	})
+
 	t.Run("chat_stream_first_token_first", func(t *testing.T) {
+		notOnHeadersWay(t, lmcacheChatWhy)
 		reset(t, s)
 		body := chat(longPrompt, map[string]any{"stream": true, "max_tokens": 8, "ignore_eos": true})
 		want := directText(t, s, chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true}))
@@ -226,6 +251,7 @@ func TestLMCache(t *testing.T) {
 	})
 
 	t.Run("non_streaming_one_json_answer", func(t *testing.T) {
+		notOnHeadersWay(t, lmcacheChatWhy)
 		reset(t, s)
 		want := directText(t, s, chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true}))
 		r := post(t, s, "/v1/chat/completions", chat(longPrompt, map[string]any{"max_tokens": 8, "ignore_eos": true}), nil)
@@ -281,7 +307,9 @@ func TestLMCache(t *testing.T) {
 // receiver port is closed), so one notification of two reaches kvbridge;
 // after kv_wait_timeout_ms the decode is sent anyway (on_kv_timeout
 // proceed) and the decoder recomputes.
-func TestLMCacheTP2Proceed(t *testing.T) {
+func TestLMCacheTP2Proceed(t *testing.T) { bothWays(t, testLMCacheTP2Proceed) }
+
+func testLMCacheTP2Proceed(t *testing.T) {
 	t.Parallel()
 	closed := closedPort(t)
 	spec := stack.EngineSpec{Latency: fast, TPSize: 2}
@@ -308,7 +336,9 @@ func TestLMCacheTP2Proceed(t *testing.T) {
 
 // TestLMCacheTP2Fail: one notification of two and on_kv_timeout fail: 504,
 // no decode, nothing left waiting.
-func TestLMCacheTP2Fail(t *testing.T) {
+func TestLMCacheTP2Fail(t *testing.T) { bothWays(t, testLMCacheTP2Fail) }
+
+func testLMCacheTP2Fail(t *testing.T) {
 	t.Parallel()
 	spec := stack.EngineSpec{Latency: fast, TPSize: 2}
 	s := start(t, stack.Topology{Mode: config.ModeLMCache, Prefill: []stack.EngineSpec{spec}, Decode: []stack.EngineSpec{spec},

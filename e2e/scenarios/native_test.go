@@ -29,7 +29,9 @@ func startNative(t testing.TB, s *stack.Stack) string {
 // TestNativeVsFilter is a differential test: the filter in the proxy and the
 // native router, built from one configuration over the same mocks, must
 // route the same requests the same way and return the same generated text.
-func TestNativeVsFilter(t *testing.T) {
+func TestNativeVsFilter(t *testing.T) { bothWays(t, testNativeVsFilter) }
+
+func testNativeVsFilter(t *testing.T) {
 	t.Parallel()
 	s := start(t, modeTopology(config.ModeNIXL, nil))
 	native := startNative(t, s)

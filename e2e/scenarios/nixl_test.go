@@ -22,7 +22,9 @@ import (
 
 // TestNIXL runs the request-level scenarios on one stack with
 // on_prefill_failure "fallback"; every subtest resets the mocks first.
-func TestNIXL(t *testing.T) {
+func TestNIXL(t *testing.T) { bothWays(t, testNIXL) }
+
+func testNIXL(t *testing.T) {
 	t.Parallel()
 	s := start(t, modeTopology(config.ModeNIXL, map[string]any{
 		"prefill_timeout_ms": 800,
@@ -375,7 +377,9 @@ func TestNIXL(t *testing.T) {
 
 // TestNIXLFail checks on_prefill_failure "fail": the client gets the
 // matching OpenAI-style error at once, and a prefill 4xx is relayed.
-func TestNIXLFail(t *testing.T) {
+func TestNIXLFail(t *testing.T) { bothWays(t, testNIXLFail) }
+
+func testNIXLFail(t *testing.T) {
 	t.Parallel()
 	s := start(t, modeTopology(config.ModeNIXL, map[string]any{"on_prefill_failure": "fail", "prefill_timeout_ms": 500}))
 	for _, tc := range []struct {
@@ -444,7 +448,9 @@ func TestNIXLFail(t *testing.T) {
 
 // TestNIXLNoDecoder: when every decoder has failed into cool-down, a
 // request is answered 503 by the filter without reaching any engine.
-func TestNIXLNoDecoder(t *testing.T) {
+func TestNIXLNoDecoder(t *testing.T) { bothWays(t, testNIXLNoDecoder) }
+
+func testNIXLNoDecoder(t *testing.T) {
 	t.Parallel()
 	s := start(t, modeTopology(config.ModeNIXL, map[string]any{
 		"decode": map[string]any{"failure_threshold": 1, "cooldown_ms": 60000},
@@ -486,7 +492,9 @@ func TestNIXLNoDecoder(t *testing.T) {
 // TestNIXLDisconnect: a client that leaves during the prefill leaves no
 // in-flight count behind, no decode is sent, and the prefiller's block
 // lease only lives until its expiry.
-func TestNIXLDisconnect(t *testing.T) {
+func TestNIXLDisconnect(t *testing.T) { bothWays(t, testNIXLDisconnect) }
+
+func testNIXLDisconnect(t *testing.T) {
 	t.Parallel()
 	topo := modeTopology(config.ModeNIXL, map[string]any{
 		"prefill": map[string]any{"strategy": "least_loaded"},
@@ -537,7 +545,9 @@ func TestNIXLDisconnect(t *testing.T) {
 // TestNIXLRoundRobin: 200 concurrent disaggregated requests over 2P+2D
 // under round robin land evenly on every endpoint of both pools, although
 // two worker VMs pick (the rotation lives in shared data).
-func TestNIXLRoundRobin(t *testing.T) {
+func TestNIXLRoundRobin(t *testing.T) { bothWays(t, testNIXLRoundRobin) }
+
+func testNIXLRoundRobin(t *testing.T) {
 	t.Parallel()
 	s := start(t, modeTopology(config.ModeNIXL, nil))
 	const total, workers = 200, 8
@@ -576,7 +586,9 @@ func TestNIXLRoundRobin(t *testing.T) {
 // TestNIXLLeastLoaded: under least_loaded a decoder slowed down tenfold
 // gets fewer requests than its healthy peer. least_loaded rotates while any
 // decoder lacks fresh engine stats, so the load starts once both are scraped.
-func TestNIXLLeastLoaded(t *testing.T) {
+func TestNIXLLeastLoaded(t *testing.T) { bothWays(t, testNIXLLeastLoaded) }
+
+func testNIXLLeastLoaded(t *testing.T) {
 	t.Parallel()
 	topo := modeTopology(config.ModeNIXL, map[string]any{
 		"stats_scrape_interval_ms": 1000,
@@ -625,7 +637,9 @@ func TestNIXLLeastLoaded(t *testing.T) {
 // TestOrchestrated: the decoder gets the prefill's kv_transfer_params with
 // remote_host overwritten by the prefill endpoint's configured host (here
 // "localhost", which the mock never answers itself), and can pull with it.
-func TestOrchestrated(t *testing.T) {
+func TestOrchestrated(t *testing.T) { bothWays(t, testOrchestrated) }
+
+func testOrchestrated(t *testing.T) {
 	t.Parallel()
 	topo := modeTopology(config.ModeOrchestrated, nil)
 	for i := range topo.Prefill {
@@ -655,7 +669,9 @@ func TestOrchestrated(t *testing.T) {
 // address (ORIGINAL_DST with x-envoy-original-dst-host, also on the
 // prefill's proxy_http_call), prefill-1 and decode-1 by cluster. Round robin
 // sends four long requests through every endpoint.
-func TestNIXLByAddress(t *testing.T) {
+func TestNIXLByAddress(t *testing.T) { bothWays(t, testNIXLByAddress) }
+
+func testNIXLByAddress(t *testing.T) {
 	t.Parallel()
 	topo := modeTopology(config.ModeNIXL, nil)
 	topo.Prefill[0].ByAddress, topo.Decode[0].ByAddress = true, true

@@ -17,7 +17,9 @@ import (
 // subtest logs one "OPEN POINT <name>: <finding>" line, which
 // e2e/envoy/run-e2e-envoy prints; on the emulator they check that it
 // behaves as we believe Envoy does.
-func TestOpenPoints(t *testing.T) {
+func TestOpenPoints(t *testing.T) { bothWays(t, testOpenPoints) }
+
+func testOpenPoints(t *testing.T) {
 	t.Parallel()
 
 	t.Run("original_dst_on_http_call", func(t *testing.T) {

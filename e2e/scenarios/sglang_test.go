@@ -25,7 +25,9 @@ import (
 // is 300 s): a failed prefill must be answered long before it.
 const sglangDecoderTimeout = 10 * time.Second
 
-func TestSGLang(t *testing.T) {
+func TestSGLang(t *testing.T) { bothWays(t, testSGLang) }
+
+func testSGLang(t *testing.T) {
 	t.Parallel()
 	topo := modeTopology(config.ModeSGLang, nil)
 	for i := range topo.Decode {
@@ -204,7 +206,9 @@ func TestSGLang(t *testing.T) {
 // only thing pairing a decoder with its prefiller, so a repeat would hand
 // one request another's KV. -short runs 10 000. It is not parallel: it
 // would starve the HTTP scenarios of the two cores.
-func TestSGLangRooms100k(t *testing.T) {
+func TestSGLangRooms100k(t *testing.T) { bothWays(t, testSGLangRooms100k) }
+
+func testSGLangRooms100k(t *testing.T) {
 	vmLevel(t)
 	total := 100_000
 	if testing.Short() {

@@ -25,6 +25,11 @@ import (
 // routing), and still the strict WASI profile of Envoy 1.33–1.38.
 var EmulatedEnvoy = envoyemu.EnvoyVersion{Minor: 35}
 
+// EmulatedEnvoyNoFlag is the Envoy the emulator imitates for a topology
+// with NoStopIteration: 1.34, the last release without
+// allow_on_headers_stop_iteration (still shipped by Istio 1.26).
+var EmulatedEnvoyNoFlag = envoyemu.EnvoyVersion{Minor: 34}
+
 // EnvoyBinEnv names the real Envoy binary; when unset, envoy is looked up
 // on PATH.
 const EnvoyBinEnv = "ENVOY_BIN"
@@ -68,7 +73,7 @@ func startEmulator(yml []byte, t Topology, logs *lineRing) (proxyRunner, error) 
 func (e emulator) listenerAddr() string { return e.h.Addr() }
 func (e emulator) adminAddr() string    { return e.h.AdminAddr() }
 func (e emulator) name() string {
-	return "envoyemu (Envoy " + EmulatedEnvoy.String() + " emulated on wazero)"
+	return "envoyemu (Envoy " + e.version.String() + " emulated on wazero)"
 }
 func (e emulator) exited() error { return nil }
 func (e emulator) close() error  { return e.h.Close() }

@@ -31,8 +31,17 @@ const ReferenceWasmFile = "build/pdroute.wasm"
 // ReferenceBootstrap renders e2e/envoy/envoy.yaml: DevTopology in nixl mode,
 // with the engines' planned addresses (nothing is started). `pdroute-dev
 // -proxy envoy` in nixl mode runs the same file but for the module path.
-func ReferenceBootstrap() ([]byte, error) {
-	t, err := DevTopology(config.ModeNIXL).withDefaults()
+func ReferenceBootstrap() ([]byte, error) { return referenceBootstrap(false) }
+
+// ReferenceBootstrapNoFlag renders e2e/envoy/envoy-1.33.yaml: ReferenceBootstrap
+// without allow_on_headers_stop_iteration, which Envoy 1.33 and 1.34 reject as an
+// unknown field. Requests take pdroute's headers way (route_at auto).
+func ReferenceBootstrapNoFlag() ([]byte, error) { return referenceBootstrap(true) }
+
+func referenceBootstrap(noFlag bool) ([]byte, error) {
+	topo := DevTopology(config.ModeNIXL)
+	topo.NoStopIteration = noFlag
+	t, err := topo.withDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -210,7 +210,8 @@ func (s *Stack) bootstrap(listener, admin string) Bootstrap {
 	return Bootstrap{
 		Listener: listener, Admin: admin, WasmFile: s.WasmFile, Plugin: s.PluginConfig,
 		Clusters: s.Clusters(), StreamIdleTimeout: s.Topology.StreamIdleTimeout,
-		RequestTimeout: s.Topology.RequestTimeout,
+		RequestTimeout:  s.Topology.RequestTimeout,
+		NoStopIteration: s.Topology.NoStopIteration,
 	}
 }
 

@@ -52,6 +52,49 @@ func TestEnvoyYAML(t *testing.T) {
 	}
 }
 
+// TestEnvoyYAMLNoFlag keeps e2e/envoy/envoy-1.33.yaml, the bootstrap for Envoy 1.33
+// and 1.34, equal to the generator's output; the emulated 1.33 and 1.34 load it, and
+// reject the bootstrap that sets allow_on_headers_stop_iteration.
+func TestEnvoyYAMLNoFlag(t *testing.T) {
+	got, err := ReferenceBootstrapNoFlag()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "envoy", "envoy-1.33.yaml")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate: go test ./e2e/stack -run TestEnvoyYAML -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the generator's output; regenerate it with\n\tgo test ./e2e/stack -run TestEnvoyYAML -update", path)
+	}
+	if bytes.Contains(got, []byte("allow_on_headers_stop_iteration:")) {
+		t.Error("the 1.33 bootstrap sets allow_on_headers_stop_iteration")
+	}
+	flagged, err := ReferenceBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := filepath.Join(t.TempDir(), "pdroute.wasm")
+	if err := os.WriteFile(wasm, []byte("\x00asm\x01\x00\x00\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, minor := range []int{33, 34} {
+		v := envoyemu.EnvoyVersion{Minor: minor}
+		if _, err := envoyemu.ParseConfig(bytes.ReplaceAll(got, []byte(ReferenceWasmFile), []byte(wasm)), v); err != nil {
+			t.Errorf("Envoy %s rejects envoy-1.33.yaml: %v", v, err)
+		}
+		if _, err := envoyemu.ParseConfig(bytes.ReplaceAll(flagged, []byte(ReferenceWasmFile), []byte(wasm)), v); err == nil {
+			t.Errorf("Envoy %s accepts envoy.yaml, which sets allow_on_headers_stop_iteration", v)
+		}
+	}
+}
+
 func TestRenderRejects(t *testing.T) {
 	plugin := []byte(`{"mode":"lmcache","prefill":{"endpoints":[{"name":"p","cluster":"pc"}]},` +
 		`"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:8000","kv_receiver":{"init_ports":[1],"alloc_ports":[2]}}]}}`)

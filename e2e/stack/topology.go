@@ -74,6 +74,11 @@ type Topology struct {
 	// ListenerIP is the client-facing listener's IP. Default 127.0.0.1;
 	// everything else always listens on 127.0.0.1.
 	ListenerIP string
+	// NoStopIteration runs the wasm filter without
+	// allow_on_headers_stop_iteration, as Istio's WasmPlugin, Envoy
+	// Gateway and Envoy 1.33/1.34 do; the emulator then imitates Envoy 1.34
+	// unless EnvoyVersion says otherwise. Requests take the headers way.
+	NoStopIteration bool
 	// StreamIdleTimeout is the HCM stream_idle_timeout (zero:
 	// DefaultStreamIdleTimeout).
 	StreamIdleTimeout time.Duration
@@ -170,6 +175,9 @@ func (t Topology) withDefaults() (Topology, error) {
 	}
 	if t.EnvoyVersion == (envoyemu.EnvoyVersion{}) {
 		t.EnvoyVersion = EmulatedEnvoy
+		if t.NoStopIteration {
+			t.EnvoyVersion = EmulatedEnvoyNoFlag
+		}
 	}
 	if t.ListenerIP == "" {
 		t.ListenerIP = "127.0.0.1"

@@ -79,6 +79,30 @@ const (
 	TokenizeOnDecode TokenizeOn = "decode"
 )
 
+// RouteAt says when a handled request's decoder is chosen, and so which way
+// the request takes through the filter (RATIONALE: "Two ways through a
+// request").
+type RouteAt string
+
+// The ways.
+const (
+	// RouteAtAuto takes the body way where Envoy delivers the body to a
+	// filter that paused the headers, and the headers way where it does not
+	// (noticed on the first request; shared by every VM of the proxy).
+	RouteAtAuto RouteAt = "auto"
+	// RouteAtBody pauses the headers, reads the whole body, then chooses
+	// the decoder with everything the request says (prefix affinity) and
+	// continues. Needs allow_on_headers_stop_iteration: true on the wasm
+	// filter (Envoy >= 1.35); without it a request whose body does not come
+	// within 10 s continues the headers way.
+	RouteAtBody RouteAt = "body"
+	// RouteAtHeaders chooses the decoder from the headers (load and health),
+	// continues the headers at once and holds the body in the filter until
+	// the prefill is done. Works on every Envoy >= 1.33, Istio's WasmPlugin
+	// and Envoy Gateway's EnvoyExtensionPolicy as they are.
+	RouteAtHeaders RouteAt = "headers"
+)
+
 // Strategy names the load-balancing strategy of a pool (implemented by lb).
 type Strategy string
 
@@ -104,6 +128,10 @@ type Config struct {
 	// vLLM/LMCache reference proxies do: configuring a PD mode should do PD
 	// until the operator has measured where the break-even lies.
 	ThresholdTokens int
+	// RouteAt ("route_at") is when the decoder is chosen: "auto", "body" or
+	// "headers". Default "auto": the user never needs to know which Envoy
+	// setting the body way depends on.
+	RouteAt RouteAt
 	// TokenMethod ("token_method") is the tokenest estimation method:
 	// "default" or "chars4". Default "default".
 	TokenMethod string

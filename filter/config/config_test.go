@@ -72,6 +72,7 @@ func TestParseDefaults(t *testing.T) {
 		Mode:                ModeNIXL,
 		ThresholdTokens:     0,
 		TokenMethod:         "default",
+		RouteAt:             RouteAtAuto,
 		Paths:               []string{"/v1/chat/completions", "/v1/completions", "/v1/responses"},
 		RouteHeader:         "x-pdroute-cluster",
 		OriginalDstCluster:  "pdroute_original_dst",
@@ -94,7 +95,7 @@ func TestParseDefaults(t *testing.T) {
 
 func TestParseEverySetting(t *testing.T) {
 	doc := `{
-	  "mode": "lmcache", "threshold_tokens": 512, "token_method": "chars4",
+	  "mode": "lmcache", "threshold_tokens": 512, "token_method": "chars4", "route_at": "headers",
 	  "paths": ["/openai/v1/chat/completions"], "route_header": "x-target",
 	  "original_dst_cluster": "odst", "prefill_timeout_ms": 1500, "on_prefill_failure": "fail",
 	  "max_body_bytes": 1048576, "stats_scrape_interval_ms": 0, "debug_headers": true,
@@ -111,7 +112,7 @@ func TestParseEverySetting(t *testing.T) {
 	}`
 	c := mustParse(t, doc)
 	want := &Config{
-		Mode: ModeLMCache, ThresholdTokens: 512, TokenMethod: "chars4",
+		Mode: ModeLMCache, ThresholdTokens: 512, TokenMethod: "chars4", RouteAt: RouteAtHeaders,
 		Paths: []string{"/openai/v1/chat/completions"}, RouteHeader: "x-target",
 		OriginalDstCluster: "odst", PrefillTimeout: 1500 * time.Millisecond, OnPrefillFailure: OnFailureFail,
 		MaxBodyBytes: 1 << 20, StatsScrapeInterval: 0, DebugHeaders: true, SharedDataPrefix: "pd.a",
@@ -271,6 +272,10 @@ func TestParseProblems(t *testing.T) {
 		{"policies", edit(t, nixl, "on_prefill_failure", `"retry"`, "debug_headers", `"yes"`), []string{
 			`on_prefill_failure: "retry" is not one of "fallback" or "fail"`,
 			"debug_headers: must be true or false, got a string"}},
+		{"route_at", edit(t, nixl, "route_at", `"router"`), []string{
+			`route_at: "router" is not one of "auto", "body" or "headers"`}},
+		{"route_at type", edit(t, nixl, "route_at", `true`), []string{
+			`route_at: must be a string, got a boolean`}},
 		{"body limit", edit(t, nixl, "max_body_bytes", `67108865`), []string{
 			"max_body_bytes: must be between 1 and 67108864, got 67108865"}},
 		{"shared data prefix", edit(t, nixl, "shared_data_prefix", `"pd/route"`), []string{

@@ -209,3 +209,27 @@ func (c *Config) OnKVTimeout() Action {
 	}
 	return Action{Kind: Proceed}
 }
+
+// HeadersWayDirect reports whether a request of api that takes the headers
+// way (RouteAtHeaders) must go straight to the decoder: lmcache's decode
+// leg of a chat request is /v1/completions, and the path is fixed once the
+// headers have continued to the router.
+func (c *Config) HeadersWayDirect(api API) bool {
+	return c.Mode == ModeLMCache && api != APICompletions
+}
+
+// HeadersWayLimits says what requests taking the headers way give up under
+// this configuration, one sentence each (logged at start, and when auto
+// switches to the headers way).
+func (c *Config) HeadersWayLimits() []string {
+	var out []string
+	if c.Decode.Strategy == PrefixAffinity {
+		out = append(out, "decode.strategy prefix_affinity chooses the decoder before the body is read: "+
+			"by load (bounded-load hashing of a random key), not by prompt prefix")
+	}
+	if c.Mode == ModeLMCache {
+		out = append(out, "lmcache mode sends chat completions straight to a decoder (their decode leg is "+
+			"/v1/completions, and the path is fixed once the headers continue); /v1/completions requests disaggregate")
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/pdroute/pdroute/filter/apierr"
@@ -156,5 +157,45 @@ func TestOnKVTimeout(t *testing.T) {
 	c := mustParse(t, edit(t, base[ModeLMCache], "lmcache", `{"on_kv_timeout":"fail"}`))
 	if got := c.OnKVTimeout(); got != (Action{Kind: Fail, Error: apierr.KVTimeout}) {
 		t.Errorf("fail: %+v", got)
+	}
+}
+
+func TestRouteAt(t *testing.T) {
+	tests := []struct {
+		mode   Mode
+		value  string // "" = not given
+		want   RouteAt
+		direct map[API]bool
+		limits int
+	}{
+		{ModeNIXL, "", RouteAtAuto, map[API]bool{APIChat: false, APICompletions: false, APIResponses: false}, 0},
+		{ModeNIXL, `"body"`, RouteAtBody, nil, 0},
+		{ModeNIXL, `"headers"`, RouteAtHeaders, nil, 0},
+		{ModeNIXL, `null`, RouteAtAuto, nil, 0},
+		{ModeOrchestrated, `"auto"`, RouteAtAuto, map[API]bool{APIChat: false}, 0},
+		{ModeSGLang, `"headers"`, RouteAtHeaders, map[API]bool{APIChat: false, APIGenerate: false}, 0},
+		{ModeLMCache, `"headers"`, RouteAtHeaders, map[API]bool{APIChat: true, APICompletions: false}, 1},
+	}
+	for _, tt := range tests {
+		doc := base[tt.mode]
+		if tt.value != "" {
+			doc = edit(t, doc, "route_at", tt.value)
+		}
+		c := mustParse(t, doc)
+		if c.RouteAt != tt.want {
+			t.Errorf("%s route_at %s: got %q, want %q", tt.mode, tt.value, c.RouteAt, tt.want)
+		}
+		for api, want := range tt.direct {
+			if got := c.HeadersWayDirect(api); got != want {
+				t.Errorf("%s: HeadersWayDirect(%v) = %v, want %v", tt.mode, api, got, want)
+			}
+		}
+		if got := c.HeadersWayLimits(); len(got) != tt.limits {
+			t.Errorf("%s: HeadersWayLimits = %q, want %d", tt.mode, got, tt.limits)
+		}
+	}
+	affinity := mustParse(t, edit(t, base[ModeLMCache], "decode.strategy", `"prefix_affinity"`))
+	if got := affinity.HeadersWayLimits(); len(got) != 2 || !strings.Contains(got[0], "prefix_affinity") {
+		t.Errorf("lmcache + decode prefix_affinity: HeadersWayLimits = %q", got)
 	}
 }

@@ -27,6 +27,7 @@ func Parse(data []byte) (*Config, error) {
 	}
 	c := &Config{
 		TokenMethod:         "default",
+		RouteAt:             RouteAtAuto,
 		RouteHeader:         "x-pdroute-cluster",
 		OriginalDstCluster:  "pdroute_original_dst",
 		PrefillTimeout:      30 * time.Second,
@@ -339,6 +340,9 @@ func (p *parser) root(c *Config, v gjson.Result) {
 				seen[s] = true
 				c.Paths = append(c.Paths, s)
 			})
+		},
+		"route_at": func(path string, v gjson.Result) {
+			enum(p, path, v, &c.RouteAt, RouteAtAuto, RouteAtBody, RouteAtHeaders)
 		},
 		"route_header": func(path string, v gjson.Result) {
 			p.str(path, v, &c.RouteHeader, checkHeaderName)

@@ -183,8 +183,12 @@ func (s *stream) lmcacheDecode() {
 	}
 	edit := connector.LMCacheDecode(req, s.lm.tokens, s.lm.first.Token)
 	s.lm.tokens, s.lm.decoding = nil, true
-	if err := abi.ReplaceHttpRequestHeader(":path", connector.CompletionsPath); err != nil {
-		abi.LogErrorf("pdroute: stream %d: set :path: %v", s.id, err)
+	// On the headers way only /v1/completions requests get here
+	// (Config.HeadersWayDirect): the path is already the decode leg's.
+	if !s.early {
+		if err := abi.ReplaceHttpRequestHeader(":path", connector.CompletionsPath); err != nil {
+			abi.LogErrorf("pdroute: stream %d: set :path: %v", s.id, err)
+		}
 	}
 	s.toDecoder(edit, pathDisagg)
 	s.resume()

@@ -46,6 +46,12 @@ type metrics struct {
 	waitingGauge  abi.MetricGauge
 	scrapeErrors  abi.MetricCounter
 	scrapeSuccess abi.MetricCounter
+	// ways counts handled requests by the way they took (route_at.body
+	// counts those that paused for the body; a request a tick continued
+	// counts in both); wayWithheld counts the times this VM found that
+	// Envoy withholds the body of a paused request.
+	ways        map[config.RouteAt]abi.MetricCounter
+	wayWithheld abi.MetricCounter
 }
 
 var prefillFailureOutcomes = []config.PrefillOutcome{
@@ -64,6 +70,11 @@ func defineMetrics(mode config.Mode) *metrics {
 	for _, o := range prefillFailureOutcomes {
 		m.prefillFailures[o] = abi.DefineCounterMetric(metricPrefix + "prefill_failures." + o.String())
 	}
+	m.ways = map[config.RouteAt]abi.MetricCounter{
+		config.RouteAtBody:    abi.DefineCounterMetric(metricPrefix + "route_at.body"),
+		config.RouteAtHeaders: abi.DefineCounterMetric(metricPrefix + "route_at.headers"),
+	}
+	m.wayWithheld = abi.DefineCounterMetric(metricPrefix + "route_at.body_withheld")
 	m.local4xx = abi.DefineCounterMetric(metricPrefix + "local_replies.4xx")
 	m.local5xx = abi.DefineCounterMetric(metricPrefix + "local_replies.5xx")
 	m.sanitized = abi.DefineCounterMetric(metricPrefix + "sanitized_requests")

@@ -82,8 +82,9 @@ type rootContext struct {
 	kv      *kvWaiter
 	// tickPeriod is the tick the root asked for (ms).
 	tickPeriod uint32
-	// warnedNoBody: the missing allow_on_headers_stop_iteration was logged.
-	warnedNoBody bool
+	// known is what this proxy's Envoy does with the body of a request
+	// whose headers a filter paused (way.go).
+	known bodyWay
 }
 
 func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -111,8 +112,13 @@ func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
 	for _, w := range cfg.Warnings() {
 		abi.LogWarnf("pdroute: configuration: %s", w)
 	}
-	abi.LogInfof("pdroute: configured: mode %s, threshold %d tokens, %d prefill and %d decode endpoints",
-		cfg.Mode, cfg.ThresholdTokens, len(cfg.Prefill.Endpoints), len(cfg.Decode.Endpoints))
+	abi.LogInfof("pdroute: configured: mode %s, threshold %d tokens, %d prefill and %d decode endpoints, route_at %s",
+		cfg.Mode, cfg.ThresholdTokens, len(cfg.Prefill.Endpoints), len(cfg.Decode.Endpoints), cfg.RouteAt)
+	if cfg.RouteAt == config.RouteAtHeaders {
+		for _, l := range cfg.HeadersWayLimits() {
+			abi.LogInfof("pdroute: route_at headers: %s", l)
+		}
+	}
 	return types.OnPluginStartStatusOK
 }
 
@@ -164,10 +170,12 @@ func (r *rootContext) start(cfg *config.Config) error {
 }
 
 // setTick asks for the tick the work needs: 100 ms in lmcache mode (KV-wait
-// deadlines), else 1 s (scrapes, the body watchdog).
+// deadlines) and while route_at auto has yet to learn the request way (its
+// first requests wait probeAfter at most), else 1 s (scrapes, the body
+// watchdog).
 func (r *rootContext) setTick() error {
 	period := uint32(1000)
-	if r.kv != nil {
+	if r.kv != nil || (r.cfg.RouteAt == config.RouteAtAuto && r.known == wayUnknown) {
 		period = 100
 	}
 	if period == r.tickPeriod {
@@ -190,9 +198,10 @@ func (r *rootContext) OnTick() {
 	if r.kv != nil {
 		r.kv.tick(now)
 	}
+	_ = r.refreshWay() // learn what another VM found
 	for _, s := range r.streams {
 		if s.awaitingBody {
-			r.asStream(s, func() { s.checkBodyWatchdog(now) })
+			r.asStream(s, func() { s.checkBodyWait(now) })
 		}
 	}
 }

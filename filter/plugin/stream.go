@@ -20,15 +20,18 @@ import (
 // use_http_header. Envoy does not sanitise it, so client copies are dropped.
 const originalDstHeader = "x-envoy-original-dst-host"
 
-// stream is one request. Its life:
+// stream is one request. Its life (way.go: the body way and the headers way):
 //
 //	headers  → not handled: route to a decoder, Continue (passthrough)
-//	         → handled: Pause until the whole body is buffered
+//	         → handled, body way: Pause until the whole body is buffered
+//	           (a tick continues it the headers way if no body comes)
+//	         → handled, headers way: choose the decoder from the headers,
+//	           route, drop content-length, Continue; the body is held below
 //	body end → parse, estimate, decide:
-//	           direct: route to a decoder, Continue
+//	           direct: (body way: route to a decoder), Continue
 //	           disagg: dispatch the prefill (mode's connector), stay paused
 //	prefill answer (http-call callback, stream as effective context)
-//	         → decode body, route, Resume — or relay / fall back / fail
+//	         → decode body, (body way: route), Resume — or relay / fall back / fail
 //	response → debug headers, decode outcome; mode conversions (lmcache)
 //	done     → every lease released, waiters dropped
 type stream struct {
@@ -54,9 +57,16 @@ type stream struct {
 	prefillStart        time.Time
 
 	// awaitingBody: paused in the request headers, no body callback yet
-	// (since pausedAt). See bodyWatchdog.
+	// (since pausedAt). See checkBodyWait.
 	awaitingBody bool
 	pausedAt     time.Time
+	// early: the request took the headers way. Its decoder was chosen and
+	// its headers went on to the router; the request headers can no longer
+	// be read or changed.
+	early bool
+	// probedAt: when a tick continued the headers of a request whose body
+	// had not come (see bodyArrived).
+	probedAt time.Time
 
 	// localReply: the filter answered the client itself.
 	localReply bool
@@ -109,10 +119,32 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		s.fail(apierr.BodyTooLarge, fmt.Sprintf("%d bytes, limit %d", n, cfg.MaxBodyBytes))
 		return types.ActionPause
 	}
+	if s.r.headersWay() {
+		return actionFor(s.continueAtHeaders())
+	}
 	// Pause: with allow_on_headers_stop_iteration Envoy keeps calling
-	// OnHttpRequestBody while the headers wait (see bodyWatchdog).
+	// OnHttpRequestBody while the headers wait (see checkBodyWait).
 	s.awaitingBody, s.pausedAt = true, time.Now()
+	s.r.m.ways[config.RouteAtBody].Increment(1)
 	return types.ActionPause
+}
+
+// continueAtHeaders sends a handled request on the headers way: everything
+// that lives in the headers is done now, while they can still change. The
+// decoder is chosen from load and health; the body (held by the body
+// callbacks) may change length, so content-length goes and Envoy's codec
+// frames the upstream body itself. True when the headers continue; false
+// when the client got a 503 (no decoder).
+func (s *stream) continueAtHeaders() bool {
+	s.early = true
+	s.r.m.ways[config.RouteAtHeaders].Increment(1)
+	s.setRequestID()
+	if !s.pickDecode(nil) {
+		return false
+	}
+	s.routeTo(s.decodeEP)
+	removeHeader("content-length")
+	return true
 }
 
 // passthrough sends a request pdroute does not handle, untouched, to a
@@ -129,7 +161,7 @@ func (s *stream) passthrough() types.Action {
 }
 
 func (s *stream) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
-	s.awaitingBody = false
+	s.bodyArrived()
 	if !s.handled || s.route != "" || s.localReply {
 		return types.ActionContinue
 	}
@@ -144,7 +176,7 @@ func (s *stream) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action 
 }
 
 func (s *stream) OnHttpRequestTrailers(int) types.Action {
-	s.awaitingBody = false
+	s.bodyArrived()
 	if !s.handled || s.route != "" || s.localReply {
 		return types.ActionContinue
 	}
@@ -198,8 +230,14 @@ func (s *stream) decideBody(body []byte) types.Action {
 		s.r.m.sanitized.Increment(1)
 		abi.LogDebugf("pdroute: stream %d: removed client-supplied PD control fields", s.id)
 	}
-	s.setRequestID()
-	switch cfg.Decide(s.method, s.path, s.contentType, s.tokens) {
+	if !s.early {
+		s.setRequestID()
+	}
+	d := cfg.Decide(s.method, s.path, s.contentType, s.tokens)
+	if d == config.Disaggregate && s.early && cfg.HeadersWayDirect(s.api) {
+		d = config.Direct
+	}
+	switch d {
 	case config.Disaggregate:
 		return s.disaggregate(req, body)
 	default:
@@ -255,8 +293,12 @@ func (s *stream) setRequestID() {
 	}
 }
 
-// pickDecode chooses the decoder, or answers 503 when none is usable.
+// pickDecode chooses the decoder, or answers 503 when none is usable. On
+// the headers way the decoder was chosen at the headers.
 func (s *stream) pickDecode(body []byte) bool {
+	if s.early && s.decode != nil {
+		return true
+	}
 	lease, err := s.r.decode.Pick(time.Now(), s.prefixKey(body, &s.cfg().Decode))
 	if err != nil {
 		s.fail(apierr.NoDecodeEndpoint, "")
@@ -288,8 +330,17 @@ func (s *stream) index(body []byte) (connector.Request, bool) {
 }
 
 // prefixKey is the prompt-prefix hash prefix_affinity needs (0 otherwise).
+// A handled request choosing its decoder at the headers has no prompt yet:
+// a random key makes prefix_affinity's bounded-load hashing a load-based
+// choice.
 func (s *stream) prefixKey(body []byte, p *config.Pool) uint64 {
-	if p.Strategy != config.PrefixAffinity || body == nil {
+	if p.Strategy != config.PrefixAffinity {
+		return 0
+	}
+	if body == nil {
+		if s.early {
+			return s.r.rng.Uint64() | 1
+		}
 		return 0
 	}
 	k, err := tokenest.PrefixKey(body, s.api.Path(), p.AffinityPrefixBytes)
@@ -303,7 +354,9 @@ func (s *stream) prefixKey(body []byte, p *config.Pool) uint64 {
 // decoder and records the path taken. The caller continues the request.
 func (s *stream) toDecoder(edit connector.BodyEdit, route string) {
 	s.editBody(edit)
-	s.routeTo(s.decodeEP)
+	if !s.early {
+		s.routeTo(s.decodeEP)
+	}
 	s.route = route
 	s.r.m.requests[route].Increment(1)
 }
@@ -319,7 +372,7 @@ func (s *stream) editBody(e connector.BodyEdit) {
 		return
 	}
 	s.bodyLen = e.Len(s.bodyLen)
-	if header("content-length") != "" {
+	if !s.early && header("content-length") != "" {
 		if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
 			abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
 		}
@@ -334,6 +387,9 @@ func (s *stream) replaceBody(body []byte) {
 		return
 	}
 	s.bodyLen = len(body)
+	if s.early {
+		return // content-length went at the headers
+	}
 	if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
 		abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
 	}
@@ -365,31 +421,16 @@ func (s *stream) fail(k apierr.Kind, detail string) {
 	status, body := apierr.Response(k, detail)
 	s.reply(status, [][2]string{{"content-type", apierr.ContentType}}, body)
 	if status >= 500 {
-		abi.LogWarnf("pdroute: stream %d (request %s): %d %s: %s", s.id, s.reqID, status, k.Code(), detail)
+		abi.LogWarnf("pdroute: stream %d%s: %d %s: %s", s.id, s.requestLabel(), status, k.Code(), detail)
 	}
 }
 
-// bodyWatchdog is how long a request may stay paused in its headers without
-// a body callback. Envoy calls OnHttpRequestBody during a headers pause only
-// when the filter config sets allow_on_headers_stop_iteration (Envoy ≥
-// 1.35); without it the body never comes and the request would hang until
-// the stream idle timeout. Clients send the body right after the headers, so
-// 10 s without any body byte means the flag is missing.
-const bodyWatchdog = 10 * time.Second
-
-// checkBodyWatchdog fails a stream whose body never arrived (stream as
-// effective context).
-func (s *stream) checkBodyWatchdog(now time.Time) {
-	if !s.awaitingBody || s.localReply || now.Sub(s.pausedAt) < bodyWatchdog {
-		return
+// requestLabel is " (request <id>)" once the request has an id, else "".
+func (s *stream) requestLabel() string {
+	if s.reqID == "" {
+		return ""
 	}
-	s.awaitingBody = false
-	if !s.r.warnedNoBody {
-		s.r.warnedNoBody = true
-		abi.LogCriticalf("pdroute: no request body callback %s after the headers: the wasm filter's "+
-			"config must set allow_on_headers_stop_iteration: true (Envoy >= 1.35)", bodyWatchdog)
-	}
-	s.fail(apierr.Internal, "request body never reached the filter: set allow_on_headers_stop_iteration: true on the pdroute wasm filter (Envoy >= 1.35)")
+	return " (request " + s.reqID + ")"
 }
 
 // reply sends a local response. It travels back through this stream's own

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pdroute/pdroute/e2e/mocks"
 	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/filter/config"
 )
 
 // demoRequest is one request the demo sends.
@@ -17,6 +18,8 @@ type demoRequest struct {
 	title  string
 	prompt string
 	stream bool
+	// completions: POST /v1/completions instead of /v1/chat/completions.
+	completions bool
 }
 
 // demoPrompt is a long prompt: about 600 estimated tokens, over the dev
@@ -27,11 +30,16 @@ var demoPrompt = strings.TrimSpace(strings.Repeat("Summarise the history of the 
 func demo(s *stack.Stack, why string, w, stderr io.Writer) int {
 	fmt.Fprintf(w, "\npdroute demo: mode %s, %s\n", s.Topology.Mode, thresholdText(s.Config))
 	fmt.Fprintf(w, "proxy: %s\n       %s\n", s.ProxyName(), why)
+	fmt.Fprintf(w, "requests: %s\n", strings.ReplaceAll(wayText(s), "\n              ", "\n          "))
 	fmt.Fprintf(w, "engines: %d mock prefill and %d mock decode engines (%s)\n", len(s.Prefill), len(s.Decode), s.Prefill[0].Addresses.Engine)
 	reqs := []demoRequest{
-		{"a short prompt", "Say hello in one word.", false},
-		{"a long prompt", demoPrompt, false},
-		{"a long prompt, streamed", demoPrompt, true},
+		{"a short prompt", "Say hello in one word.", false, false},
+		{"a long prompt", demoPrompt, false, false},
+		{"a long prompt, streamed", demoPrompt, true, false},
+	}
+	if s.Topology.NoStopIteration && s.Config.HeadersWayDirect(config.APIChat) {
+		// lmcache on the headers way disaggregates /v1/completions only.
+		reqs = append(reqs, demoRequest{"a long prompt to /v1/completions, streamed", demoPrompt, true, true})
 	}
 	for i, r := range reqs {
 		if err := demoOne(s, i+1, r, w); err != nil {
@@ -45,13 +53,17 @@ func demo(s *stack.Stack, why string, w, stderr io.Writer) int {
 }
 
 func demoOne(s *stack.Stack, n int, r demoRequest, w io.Writer) error {
-	body, _ := json.Marshal(map[string]any{
-		"model": "mock-model", "max_tokens": 16, "stream": r.stream,
-		"messages": []map[string]string{{"role": "user", "content": r.prompt}},
-	})
+	req := map[string]any{"model": "mock-model", "max_tokens": 16, "stream": r.stream}
+	path := "/v1/chat/completions"
+	if r.completions {
+		path, req["prompt"] = "/v1/completions", r.prompt
+	} else {
+		req["messages"] = []map[string]string{{"role": "user", "content": r.prompt}}
+	}
+	body, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	resp, err := stack.Send(ctx, nil, "POST", s.URL+"/v1/chat/completions", body, nil)
+	resp, err := stack.Send(ctx, nil, "POST", s.URL+path, body, nil)
 	if err != nil {
 		return err
 	}
@@ -60,8 +72,13 @@ func demoOne(s *stack.Stack, n int, r demoRequest, w io.Writer) error {
 	}
 	h := resp.Header
 	route := h.Get("x-pdroute-path")
-	fmt.Fprintf(w, "\n%d. %s (%d characters), POST /v1/chat/completions\n", n, r.title, len(r.prompt))
-	fmt.Fprintf(w, "   path     %-12s %s\n", route, routeMeaning(route))
+	fmt.Fprintf(w, "\n%d. %s (%d characters), POST %s\n", n, r.title, len(r.prompt), path)
+	meaning := routeMeaning(route)
+	if route == "direct" && !r.completions && s.Topology.NoStopIteration && s.Config.HeadersWayDirect(config.APIChat) &&
+		len(r.prompt) > 1000 {
+		meaning = "lmcache on the headers way sends chat straight to a decoder (its decode leg would need /v1/completions)"
+	}
+	fmt.Fprintf(w, "   path     %-12s %s\n", route, meaning)
 	fmt.Fprintf(w, "   tokens   %-12s estimated input tokens (threshold %d)\n", h.Get("x-pdroute-tokens"), s.Config.ThresholdTokens)
 	prefill := h.Get("x-pdroute-prefill")
 	if prefill == "" {

@@ -19,6 +19,10 @@
 // 8100–8103) and PDROUTE_DEV_KVBRIDGE_PORT (7500: ZeroMQ, and the next
 // port, 7501, its HTTP API; lmcache mode only); 0 picks free ports. Two
 // stacks can thus run side by side.
+// PDROUTE_DEV_STOP_ITERATION=off leaves allow_on_headers_stop_iteration out
+// of the wasm filter's config, as Istio's WasmPlugin, Envoy Gateway and
+// Envoy 1.33/1.34 do (the emulator then imitates Envoy 1.34); requests take
+// pdroute's headers way.
 // Without -demo it prints the addresses, a curl example and the generated
 // envoy.yaml's path, then serves until SIGINT or SIGTERM. With -demo it
 // starts the same stack on free ports, sends a short, a long and a
@@ -53,6 +57,7 @@ const (
 	adminPortEnv    = "PDROUTE_DEV_ADMIN_PORT"
 	enginePortEnv   = "PDROUTE_DEV_ENGINE_PORT"
 	kvbridgePortEnv = "PDROUTE_DEV_KVBRIDGE_PORT"
+	stopIterEnv     = "PDROUTE_DEV_STOP_ITERATION"
 )
 
 // envHelp is the environment pdroute-dev reads, for its usage text.
@@ -64,6 +69,8 @@ const envHelp = `Environment:
                              three (default 8100: 8100-8103)
   PDROUTE_DEV_KVBRIDGE_PORT  kvbridge's ZeroMQ port, its HTTP API on the next (default
                              7500: 7500 and 7501; lmcache mode)
+  PDROUTE_DEV_STOP_ITERATION off: an Envoy without allow_on_headers_stop_iteration
+                             (as Istio's WasmPlugin); requests take the headers way
   A port of 0 is picked free. -demo always uses free ports.
 `
 
@@ -90,6 +97,8 @@ type options struct {
 	mode     config.Mode
 	listener netip.AddrPort
 	ports    stack.Ports // the fixed ports but the listener's (make dev)
+	// noStopIter: PDROUTE_DEV_STOP_ITERATION=off.
+	noStopIter bool
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -128,6 +137,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	case config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang:
 	default:
 		return o, fmt.Errorf("%s=%q: want nixl, orchestrated, lmcache or sglang", modeEnv, o.mode)
+	}
+	switch v := getenv(stopIterEnv); v {
+	case "", "on":
+	case "off":
+		o.noStopIter = true
+	default:
+		return o, fmt.Errorf("%s=%q: want on (allow_on_headers_stop_iteration: true, the default) or off (left out, as Istio's WasmPlugin does)", stopIterEnv, v)
 	}
 	addr := getenv(addrEnv)
 	if addr == "" {
@@ -199,6 +215,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 		return 2
 	}
 	topo.Proxy = proxy
+	topo.NoStopIteration = o.noStopIter
 	topo.LogLevel = "warning"
 	topo.LogSink = stderr
 	if o.demo {
@@ -249,6 +266,7 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	t := s.Topology
 	fmt.Fprintf(w, "\npdroute dev stack: mode %s, %s\n", t.Mode, thresholdText(s.Config))
 	fmt.Fprintf(w, "  proxy       %s, %d workers\n              (%s)\n", s.ProxyName(), t.Workers, why)
+	fmt.Fprintf(w, "  requests    %s\n", wayText(s))
 	fmt.Fprintf(w, "  listener    %s\n", s.URL)
 	fmt.Fprintf(w, "  admin       %s/stats  (pdroute's metrics are wasmcustom.pdroute.*)\n", s.AdminURL)
 	fmt.Fprintf(w, "  debug       %s%s  (balancer state: health, engine stats; in-flight counts for the strategies that keep them)\n", s.URL, stack.DebugPath)
@@ -285,6 +303,21 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 
 // shortExample is the body of the banner's first curl example.
 const shortExample = `{"model":"mock-model","max_tokens":8,"ignore_eos":true,"messages":[{"role":"user","content":"Say hello"}]}`
+
+// wayText says which way handled requests take through the filter.
+func wayText(s *stack.Stack) string {
+	if !s.Topology.NoStopIteration {
+		return "body way: the wasm filter sets allow_on_headers_stop_iteration (Envoy >= 1.35), so pdroute\n" +
+			"              reads each body before it chooses the decoder (PDROUTE_DEV_STOP_ITERATION=off: as Istio's WasmPlugin)"
+	}
+	text := "headers way: the wasm filter has no allow_on_headers_stop_iteration, as with Istio's WasmPlugin,\n" +
+		"              Envoy Gateway or Envoy 1.33/1.34. pdroute notices it on the first request (about 0.3 s late),\n" +
+		"              then chooses each decoder from the headers and holds the body until the prefill is done"
+	for _, l := range s.Config.HeadersWayLimits() {
+		text += ";\n              " + l
+	}
+	return text
+}
 
 // thresholdText says which requests are disaggregated.
 func thresholdText(c *config.Config) string {

@@ -80,31 +80,49 @@ func TestParseOptions(t *testing.T) {
 // binary to find) and checks what a first-time user is told.
 func TestDemo(t *testing.T) {
 	t.Setenv("ENVOY_BIN", "/nonexistent/envoy")
-	for _, mode := range []config.Mode{config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang} {
-		t.Run(string(mode), func(t *testing.T) {
-			var out, errs bytes.Buffer
-			code := run([]string{"-demo"}, env(map[string]string{modeEnv: string(mode)}), &out, &errs, nil)
-			if code != 0 {
-				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errs)
-			}
-			o := out.String()
-			short := "direct" // sglang disaggregates everything (see stack.DevTopology)
-			if mode == config.ModeSGLang {
-				short = "disagg"
-			}
-			for _, want := range []*regexp.Regexp{
-				regexp.MustCompile(`no envoy binary was found .* Envoy emulator`),
-				regexp.MustCompile(`1\. a short prompt .*\n\s+path\s+` + short + ` `),
-				regexp.MustCompile(`2\. a long prompt .*\n\s+path\s+disagg `),
-				regexp.MustCompile(`3\. a long prompt, streamed .*\n\s+path\s+disagg `),
-				regexp.MustCompile(`(?s)2\. a long prompt .*?prefill\s+prefill-\d.*?decode\s+decode-\d.*?KV\s+transferred `),
-				regexp.MustCompile(`(?s)3\. .*?KV\s+transferred .*?first token after [\d.]+ ms, whole answer after [\d.]+ ms`),
-			} {
-				if !want.MatchString(o) {
-					t.Errorf("output does not match %s:\n%s", want, o)
+	for _, stopIter := range []string{"on", "off"} {
+		for _, mode := range []config.Mode{config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang} {
+			t.Run(string(mode)+"/stop_iteration_"+stopIter, func(t *testing.T) {
+				var out, errs bytes.Buffer
+				code := run([]string{"-demo"}, env(map[string]string{modeEnv: string(mode), stopIterEnv: stopIter}), &out, &errs, nil)
+				if code != 0 {
+					t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errs)
 				}
-			}
-		})
+				o := out.String()
+				short := "direct" // sglang disaggregates everything (see stack.DevTopology)
+				if mode == config.ModeSGLang {
+					short = "disagg"
+				}
+				long := "disagg"
+				way := `requests: body way`
+				if stopIter == "off" {
+					way = `requests: headers way: the wasm filter has no allow_on_headers_stop_iteration`
+					if mode == config.ModeLMCache {
+						long = "direct" // chat; /v1/completions is request 4
+					}
+				}
+				wants := []*regexp.Regexp{
+					regexp.MustCompile(`no envoy binary was found .* Envoy emulator`),
+					regexp.MustCompile(regexp.QuoteMeta(way)),
+					regexp.MustCompile(`1\. a short prompt .*\n\s+path\s+` + short + ` `),
+					regexp.MustCompile(`2\. a long prompt .*\n\s+path\s+` + long + ` `),
+					regexp.MustCompile(`3\. a long prompt, streamed .*\n\s+path\s+` + long + ` `),
+				}
+				if long == "disagg" {
+					wants = append(wants,
+						regexp.MustCompile(`(?s)2\. a long prompt .*?prefill\s+prefill-\d.*?decode\s+decode-\d.*?KV\s+transferred `),
+						regexp.MustCompile(`(?s)3\. .*?KV\s+transferred .*?first token after [\d.]+ ms, whole answer after [\d.]+ ms`))
+				} else {
+					wants = append(wants,
+						regexp.MustCompile(`(?s)4\. a long prompt to /v1/completions, streamed .*?path\s+disagg .*?KV\s+transferred .*?first token after`))
+				}
+				for _, want := range wants {
+					if !want.MatchString(o) {
+						t.Errorf("output does not match %s:\n%s", want, o)
+					}
+				}
+			})
+		}
 	}
 }
 

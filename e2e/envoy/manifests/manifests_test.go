@@ -28,7 +28,7 @@ var manifestDirs = []string{"../istio", "../gateway", "../kube"}
 // (whose newest patch release, the one checked, is past the minimum v1.5.5): older
 // releases cannot set allow_on_headers_stop_iteration (docs/OPERATIONS.md "Which Envoy").
 var wantVersions = map[string][]string{
-	"istio":         {"1.28", "1.29", "1.30"},
+	"istio":         {"1.26", "1.28", "1.29", "1.30"},
 	"envoy-gateway": {"v1.5", "v1.6", "v1.7", "v1.8", "v1.9"},
 	"kubernetes":    {"1.29"},
 }
@@ -262,6 +262,10 @@ func pluginConfigs(t *testing.T, docs []doc) []pluginConfig {
 				}
 				out = append(out, pluginConfig{d: d, path: at + ".value", json: toJSON(t, get(conf, "value"))})
 			}
+		case "WasmPlugin":
+			if n := get(d.node, "spec", "pluginConfig"); n != nil {
+				out = append(out, pluginConfig{d: d, path: "spec.pluginConfig", json: toJSON(t, n)})
+			}
 		case "EnvoyExtensionPolicy":
 			for i, w := range items(get(d.node, "spec", "wasm")) {
 				if n := get(w, "config"); n != nil {
@@ -285,18 +289,20 @@ func pluginConfigs(t *testing.T, docs []doc) []pluginConfig {
 // and that the Istio examples cover every mode.
 func TestPluginConfigsParse(t *testing.T) {
 	pcs := pluginConfigs(t, loadDocs(t))
-	if len(pcs) != 7 {
-		t.Fatalf("found %d plugin configs, want 7 (4 Istio modes, Istio file variant, 2 Envoy Gateway)", len(pcs))
+	if len(pcs) != 11 {
+		t.Fatalf("found %d plugin configs, want 11 (4 Istio modes as EnvoyFilter and as WasmPlugin, Istio file variant, 2 Envoy Gateway)", len(pcs))
 	}
-	modes := map[config.Mode]bool{}
+	modes := map[string]bool{}
 	for _, pc := range pcs {
-		if pc.cfg != nil && pc.d.kind == "EnvoyFilter" {
-			modes[pc.cfg.Mode] = true
+		if pc.cfg != nil {
+			modes[pc.d.kind+" "+string(pc.cfg.Mode)] = true
 		}
 	}
-	for _, m := range []config.Mode{config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang} {
-		if !modes[m] {
-			t.Errorf("no Istio EnvoyFilter example for mode %s", m)
+	for _, kind := range []string{"EnvoyFilter", "WasmPlugin"} {
+		for _, m := range []config.Mode{config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang} {
+			if !modes[kind+" "+string(m)] {
+				t.Errorf("no Istio %s example for mode %s", kind, m)
+			}
 		}
 	}
 }

@@ -11,28 +11,31 @@ import (
 )
 
 // wasmFilterProblems checks the settings every pdroute wasm filter in docs must carry:
-//   - allow_on_headers_stop_iteration: true (Envoy >= 1.35): without it Envoy turns the
-//     filter's header Pause into StopAllIterationAndWatermark and never calls it with the
-//     body, so every handled request hangs;
+//   - allow_on_headers_stop_iteration: true (Envoy >= 1.35) where the plugin configuration
+//     pins route_at "body": without it Envoy turns the filter's header Pause into
+//     StopAllIterationAndWatermark and withholds the body. With route_at auto (the
+//     default) or headers the filter needs no flag (it takes the headers way);
 //   - failure_policy set explicitly to FAIL_CLOSED or FAIL_RELOAD and fail_open unset: the
 //     default differs between builds, and FAIL_OPEN would send requests to the
 //     cluster_header route unrouted with client routing headers intact;
 //   - a vm_id, so the VM and its shared data are the filter's own.
 //
-// Istio: a WasmPlugin cannot set the first, so none may exist; each EnvoyFilter
+// Istio: a WasmPlugin (wasmPluginProblems) pins its module, fails closed, selects the
+// pdroute gateway and never pins route_at "body" (it cannot set the flag); each EnvoyFilter
 // EXTENSION_CONFIG carrying a Wasm filter needs, in the same resource, the HTTP_FILTER
 // patch that inserts it before the router by ECDS (same name, RBAC among the type URLs for
 // the Istio agent's fallback), and every such HTTP_FILTER needs its EXTENSION_CONFIG (or
 // the listener never warms). Envoy Gateway: each EnvoyExtensionPolicy wasm entry needs
-// EnvoyPatchPolicy JSON patches that set both settings on the filter Envoy Gateway
-// generates for it, on a listener of the Gateway it attaches to; Envoy Gateway sets the
-// vm_id itself (the filter's own name).
+// failOpen false (Envoy Gateway then fails closed without any patch); EnvoyPatchPolicy JSON
+// patches on the filter Envoy Gateway generates for it, on a listener of the Gateway it
+// attaches to, may add the flag and a failure_policy, which are then checked as above;
+// Envoy Gateway sets the vm_id itself (the filter's own name).
 func wasmFilterProblems(docs []doc) []string {
 	var out []string
 	for _, d := range docs {
 		switch d.kind {
 		case "WasmPlugin":
-			out = append(out, fmt.Sprintf("%s: a WasmPlugin cannot set allow_on_headers_stop_iteration, so its requests would hang: use an EnvoyFilter (istio/filter-*.yaml)", d))
+			out = append(out, wasmPluginProblems(d)...)
 		case "EnvoyFilter":
 			out = append(out, istioFilterProblems(d)...)
 		case "EnvoyExtensionPolicy":
@@ -42,13 +45,19 @@ func wasmFilterProblems(docs []doc) []string {
 	return out
 }
 
-// pluginSettingsProblems checks a PluginConfig (the "config" of a Wasm filter config).
-func pluginSettingsProblems(cfg *yaml.Node, at string) []string {
+// pluginSettingsProblems checks a PluginConfig (the "config" of a Wasm filter config);
+// plugin is the pdroute configuration it carries (nil when elsewhere). requirePolicy: the
+// failure policy must be set here (Envoy Gateway's failOpen false makes it optional).
+func pluginSettingsProblems(cfg, plugin *yaml.Node, at string, requirePolicy bool) []string {
 	var out []string
-	if v := get(cfg, "allow_on_headers_stop_iteration"); v == nil || v.ShortTag() != "!!bool" || v.Value != "true" {
-		out = append(out, at+": allow_on_headers_stop_iteration must be true, or handled requests hang")
+	flag := get(cfg, "allow_on_headers_stop_iteration")
+	if flag != nil && (flag.ShortTag() != "!!bool" || flag.Value != "true") {
+		out = append(out, at+": allow_on_headers_stop_iteration: set it true, or leave it out (Envoy < 1.35 rejects the field)")
 	}
-	if fp := str(cfg, "failure_policy"); fp != "FAIL_CLOSED" && fp != "FAIL_RELOAD" {
+	if str(plugin, "route_at") == "body" && flag == nil {
+		out = append(out, at+`: route_at "body" needs allow_on_headers_stop_iteration: true (use route_at "auto" or "headers" without it)`)
+	}
+	if fp := str(cfg, "failure_policy"); (requirePolicy || fp != "") && fp != "FAIL_CLOSED" && fp != "FAIL_RELOAD" {
 		out = append(out, fmt.Sprintf("%s: failure_policy %q: set FAIL_RELOAD or FAIL_CLOSED explicitly", at, fp))
 	}
 	if v := get(cfg, "fail_open"); v != nil && v.Value != "false" {
@@ -64,7 +73,7 @@ func istioFilterProblems(d doc) []string {
 	var out []string
 	eachAny(d.node, d.String(), func(a *yaml.Node, at string) {
 		if str(a, "@type") == typeURLPrefix+wasmType {
-			out = append(out, pluginSettingsProblems(get(a, "config"), at+".config")...)
+			out = append(out, pluginSettingsProblems(get(a, "config"), get(a, "config", "configuration", "value"), at+".config", true)...)
 		}
 	})
 	extensions, filters := map[string]bool{}, map[string]*yaml.Node{}
@@ -138,7 +147,37 @@ func gatewayWasmProblems(d doc, docs []doc) []string {
 				cfg.Content = append(cfg.Content, scalar(field), get(jp, "operation", "value"))
 			}
 		}
-		out = append(out, pluginSettingsProblems(cfg, fmt.Sprintf("%s (filter %s on listener %v, as patched)", at, filter, listeners))...)
+		out = append(out, pluginSettingsProblems(cfg, get(w, "config"), fmt.Sprintf("%s (filter %s on listener %v, as patched)", at, filter, listeners), false)...)
+	}
+	return out
+}
+
+// wasmPluginProblems checks an Istio WasmPlugin: the module pinned by digest (a changed
+// tag would be served from the agent's cache, or an unexpected module run), FAIL_CLOSE
+// explicitly (FAIL_OPEN sends requests to the cluster_header route unrouted), an HTTP
+// plugin selecting a workload (without a selector or targetRefs it runs on every proxy
+// of the namespace, or of the mesh in the root namespace), and no route_at "body", which
+// needs the flag a WasmPlugin cannot set.
+func wasmPluginProblems(d doc) []string {
+	var out []string
+	if url := str(d.node, "spec", "url"); url == "" {
+		out = append(out, fmt.Sprintf("%s: spec.url is empty", d))
+	} else if !strings.Contains(url, "@sha256:") && str(d.node, "spec", "sha256") == "" {
+		out = append(out, fmt.Sprintf("%s: spec.url %q is not pinned: add spec.sha256 or an @sha256: digest", d, url))
+	}
+	if fs := str(d.node, "spec", "failStrategy"); fs != "FAIL_CLOSE" {
+		out = append(out, fmt.Sprintf("%s: spec.failStrategy %q: set FAIL_CLOSE explicitly", d, fs))
+	}
+	if t := str(d.node, "spec", "type"); t != "HTTP" {
+		out = append(out, fmt.Sprintf("%s: spec.type %q: set HTTP", d, t))
+	}
+	if get(d.node, "spec", "selector") == nil && get(d.node, "spec", "targetRef") == nil && get(d.node, "spec", "targetRefs") == nil {
+		out = append(out, fmt.Sprintf("%s: no selector or targetRefs: it would run on every proxy in scope", d))
+	}
+	if get(d.node, "spec", "pluginConfig") == nil {
+		out = append(out, fmt.Sprintf("%s: spec.pluginConfig is missing", d))
+	} else if str(d.node, "spec", "pluginConfig", "route_at") == "body" {
+		out = append(out, fmt.Sprintf(`%s: pluginConfig.route_at "body" needs allow_on_headers_stop_iteration, which a WasmPlugin cannot set`, d))
 	}
 	return out
 }
@@ -195,12 +234,15 @@ func TestWasmFilterSettings(t *testing.T) {
 				filters++
 			}
 		})
-		if d.kind == "EnvoyExtensionPolicy" {
+		switch d.kind {
+		case "EnvoyExtensionPolicy":
 			filters += len(items(get(d.node, "spec", "wasm")))
+		case "WasmPlugin":
+			filters++
 		}
 	}
-	if filters != 7 {
-		t.Errorf("found %d wasm filter configs, want 7 (5 Istio filter-*.yaml, 2 Envoy Gateway)", filters)
+	if filters != 11 {
+		t.Errorf("found %d wasm filter configs, want 11 (5 Istio filter-*.yaml, 4 Istio wasmplugin-*.yaml, 2 Envoy Gateway)", filters)
 	}
 	for _, p := range wasmFilterProblems(docs) {
 		t.Error(p)
@@ -270,6 +312,10 @@ spec:
     operation: {op: add, path: typed_config/config/failure_policy, value: FAIL_CLOSED,
       jsonPath: "..http_filters[?(@.name=='envoy.filters.http.wasm/envoyextensionpolicy/ns/pd/wasm/{{index}}')]"}
 `
+	wasmPlugin := func(url, failStrategy, plugin string) string {
+		return "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: w}\nspec:\n  " +
+			strings.Trim(url, "{}") + "\n  failStrategy: " + failStrategy + "\n  type: HTTP\n  selector: {matchLabels: {istio: gw}}\n  pluginConfig: " + plugin + "\n"
+	}
 	egDoc := func(failOpen, listener, index string) string {
 		return strings.NewReplacer("{{failOpen}}", failOpen, "{{listener}}", listener, "{{index}}", index).Replace(eg)
 	}
@@ -278,10 +324,11 @@ spec:
 		want       []string // substrings, one per problem, in order
 	}{
 		{"istio valid", istioDoc(good, "INSERT_BEFORE", "pdroute", rbac), nil},
-		{"istio flag missing", istioDoc("{failure_policy: FAIL_RELOAD, vm_config: {vm_id: pdroute}}", "INSERT_BEFORE", "pdroute", rbac),
-			[]string{"typed_config.config: allow_on_headers_stop_iteration must be true"}},
+		{"istio flag left out", istioDoc("{failure_policy: FAIL_RELOAD, vm_config: {vm_id: pdroute}}", "INSERT_BEFORE", "pdroute", rbac), nil},
+		{"istio route_at body without the flag", istioDoc("{failure_policy: FAIL_RELOAD, vm_config: {vm_id: pdroute}, configuration: {value: {route_at: body}}}", "INSERT_BEFORE", "pdroute", rbac),
+			[]string{`typed_config.config: route_at "body" needs allow_on_headers_stop_iteration: true`}},
 		{"istio flag false", istioDoc(strings.Replace(good, "iteration: true", "iteration: false", 1), "INSERT_BEFORE", "pdroute", rbac),
-			[]string{"allow_on_headers_stop_iteration must be true"}},
+			[]string{"allow_on_headers_stop_iteration: set it true, or leave it out"}},
 		{"istio failure_policy implicit", istioDoc("{allow_on_headers_stop_iteration: true, vm_config: {vm_id: pdroute}}", "INSERT_BEFORE", "pdroute", rbac),
 			[]string{`failure_policy "": set FAIL_RELOAD or FAIL_CLOSED explicitly`}},
 		{"istio fail open", istioDoc(strings.Replace(good, "FAIL_RELOAD", "FAIL_OPEN", 1), "INSERT_BEFORE", "pdroute", rbac),
@@ -296,14 +343,21 @@ spec:
 			[]string{"lack type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}},
 		{"istio filter names another extension", istioDoc(good, "INSERT_BEFORE", "other", rbac),
 			[]string{`no HTTP_FILTER patch inserts EXTENSION_CONFIG "pdroute"`, `HTTP_FILTER "other" names no EXTENSION_CONFIG`}},
-		{"istio WasmPlugin", "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: w}\nspec: {url: oci://x}\n",
-			[]string{"a WasmPlugin cannot set allow_on_headers_stop_iteration"}},
+		{"istio WasmPlugin", wasmPlugin("url: oci://x@sha256:ab", "FAIL_CLOSE", "{mode: nixl}"), nil},
+		{"istio WasmPlugin sha256 field", wasmPlugin("url: oci://x\n  sha256: ab", "FAIL_CLOSE", "{mode: nixl}"), nil},
+		{"istio WasmPlugin unpinned", wasmPlugin("url: oci://x:v1", "FAIL_CLOSE", "{mode: nixl}"),
+			[]string{`spec.url "oci://x:v1" is not pinned`}},
+		{"istio WasmPlugin fail open", wasmPlugin("url: oci://x@sha256:ab", "FAIL_OPEN", "{mode: nixl}"),
+			[]string{`spec.failStrategy "FAIL_OPEN"`}},
+		{"istio WasmPlugin route_at body", wasmPlugin("url: oci://x@sha256:ab", "FAIL_CLOSE", "{mode: nixl, route_at: body}"),
+			[]string{`route_at "body" needs allow_on_headers_stop_iteration, which a WasmPlugin cannot set`}},
+		{"istio WasmPlugin everywhere", "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: w}\nspec: {url: oci://x@sha256:ab, failStrategy: FAIL_CLOSE, type: HTTP, pluginConfig: {}}\n",
+			[]string{"no selector or targetRefs"}},
 		{"gateway valid", egDoc("false", "ns/gw/http", "0"), nil},
 		{"gateway failOpen", egDoc("true", "ns/gw/http", "0"), []string{"failOpen must be false"}},
-		{"gateway patches another filter", egDoc("false", "ns/gw/http", "1"),
-			[]string{"allow_on_headers_stop_iteration must be true", `failure_policy ""`}},
-		{"gateway patches another listener", egDoc("false", "ns/gw/https", "0"),
-			[]string{"allow_on_headers_stop_iteration must be true", `failure_policy ""`}},
+		{"gateway with no patch", egDoc("false", "ns/gw/http", "1"), nil},
+		{"gateway patches fail open", strings.Replace(egDoc("false", "ns/gw/http", "0"), "value: FAIL_CLOSED", "value: FAIL_OPEN", 1),
+			[]string{`failure_policy "FAIL_OPEN"`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -116,6 +116,8 @@ type stream struct {
 	path   string
 	query  url.Values
 	bodies []string
+	// routes: xds.route_name as the filter saw it (/reroute).
+	routes []string
 }
 
 func (s *stream) reply(code uint32, body string, headers ...[2]string) types.Action {
@@ -154,6 +156,15 @@ func (s *stream) OnHttpRequestHeaders(n int, eos bool) types.Action {
 		panic("kitchen: panic on demand")
 	case "/route":
 		return s.setHeader("x-target-cluster", q("cluster"))
+	case "/reroute":
+		// The route as matched before the filter, then after :path changed
+		// (ABI 0.2.1: the change clears the route cache).
+		s.routes = append(s.routes, s.routeName())
+		if err := abi.ReplaceHttpRequestHeader(":path", q("to")); err != nil {
+			return s.reply(500, "set :path: "+err.Error())
+		}
+		s.routes = append(s.routes, s.routeName())
+		return types.ActionContinue
 	case "/dst":
 		return s.setHeader("x-envoy-original-dst-host", q("host"))
 	case "/local":
@@ -204,6 +215,14 @@ func (s *stream) OnHttpRequestHeaders(n int, eos bool) types.Action {
 		return types.ActionPause
 	}
 	return types.ActionContinue
+}
+
+func (s *stream) routeName() string {
+	v, err := abi.GetProperty([]string{"xds", "route_name"})
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return string(v)
 }
 
 func (s *stream) setHeader(k, v string) types.Action {
@@ -330,6 +349,9 @@ func (s *stream) OnHttpResponseHeaders(int, bool) types.Action {
 		}
 	}
 	add("x-seen-status", status)
+	if len(s.routes) > 0 {
+		add("x-routes", strings.Join(s.routes, ","))
+	}
 	add("x-request-bodies", strings.Join(s.bodies, ","))
 	if s.path == "/lifetime" {
 		_, err := abi.GetHttpRequestHeader(":path")
