@@ -149,7 +149,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tokens := -1
-	if est, err := tokenest.Estimate(body, r.URL.Path, p.method); err == nil {
+	if est, err := tokenest.EstimateNear(body, r.URL.Path, p.method, cfg.ThresholdTokens); err == nil {
 		tokens = est.Tokens
 	}
 	var random [16]byte

@@ -128,3 +128,31 @@ func run(b *testing.B, d *envoyemu.Driver, name string, body []byte) {
 		}
 	})
 }
+
+// BenchmarkFilterPhasesInWasm splits the filter's work on a disaggregated
+// nixl request inside the VM into phases (testdata/phases): each row runs
+// the request path up to its phase, so a phase costs its row minus the row
+// before. English chat bodies of 8k and 55k tokens (32 KB and 220 KB).
+func BenchmarkFilterPhasesInWasm(b *testing.B) {
+	code, err := os.ReadFile(wasmbuild.ForTest(b, "./e2e/wasmbench/testdata/phases"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bodies := []struct {
+		name string
+		body []byte
+	}{{"8k", chatBody(b, "english", 8<<10)}, {"55k", chatBody(b, "english", 55<<10)}}
+	for _, phase := range []string{"read", "estimate", "index", "prefill", "decode"} {
+		d, err := envoyemu.NewDriver(code, envoyemu.DriverOptions{PluginConfig: []byte(phase), LogLevel: envoyemu.LevelWarn})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !d.StartVM() || !d.StartPlugin() {
+			b.Fatalf("%s: start failed: %s", phase, d.Failed())
+		}
+		for _, c := range bodies {
+			run(b, d, c.name+"/"+phase, c.body)
+		}
+		d.Close()
+	}
+}

@@ -169,7 +169,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	s.bodyLen = len(body)
 	s.tokens = -1
 	h0, m0, _ := s.r.tools.Stats()
-	est, err := s.r.tools.Estimate(body, s.api.Path(), s.r.method)
+	est, err := s.r.tools.EstimateNear(body, s.api.Path(), s.r.method, cfg.ThresholdTokens)
 	h1, m1, _ := s.r.tools.Stats()
 	s.r.m.toolCache(h0, m0, h1, m1)
 	if errors.Is(err, tokenest.ErrNotJSON) {

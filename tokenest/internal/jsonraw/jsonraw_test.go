@@ -171,6 +171,9 @@ func FuzzCountString(f *testing.F) {
 		long := append(bytes.Repeat([]byte("x"), 61), bytes.Repeat(b, 3)...)
 		quoted = append(append([]byte{'"'}, long...), '"')
 		end, n = CountString(quoted, 0)
+		if skip := SkipString(quoted, 0); skip != end {
+			t.Fatalf("SkipString(%q) = %d, CountString %d", quoted, skip, end)
+		}
 		if valid := json.Unmarshal(quoted, &s) == nil; valid != (end == len(quoted)) {
 			t.Fatalf("CountString(%q) ends at %d of %d; encoding/json valid: %v", quoted, end, len(quoted), valid)
 		}
@@ -235,6 +238,9 @@ func checkCount(t *testing.T, raw string) {
 	t.Helper()
 	quoted := []byte(`"` + raw + `"`)
 	end, n := CountString(quoted, 0)
+	if e := SkipString(quoted, 0); e != end {
+		t.Fatalf("SkipString(%q) = %d, CountString's end %d", quoted, e, end)
+	}
 	var s string
 	if err := json.Unmarshal(quoted, &s); err != nil {
 		if end != -1 {

@@ -155,10 +155,36 @@ var escapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n
 func Escape(c byte) byte { return escapes[c] }
 
 // SkipString validates the JSON string at b[i] (b[i] == '"') and returns the
-// offset after its closing quote, or -1.
+// offset after its closing quote, or -1: CountString's end without the
+// count, two words at a time over plain text (the whole of a long prompt
+// that EstimateNear reads in part, which it validates).
 func SkipString(b []byte, i int) int {
-	end, _ := CountString(b, i)
-	return end
+	for i++; ; {
+		for len(b)-i >= 16 && stops(Word(b, i))|stops(Word(b, i+8)) == 0 {
+			i += 16
+		}
+		for len(b)-i >= 8 && stops(Word(b, i)) == 0 {
+			i += 8
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++
+		}
+		if i >= len(b) || b[i] < 0x20 {
+			return -1
+		}
+		if b[i] == '"' {
+			return i + 1
+		}
+		if i+1 < len(b) && escapes[b[i+1]] != 0 {
+			i += 2
+			continue
+		}
+		_, w := DecodeEscape(b[i:])
+		if w == 0 {
+			return -1
+		}
+		i += w
+	}
 }
 
 // CountString validates the JSON string at b[i] (b[i] == '"') and counts
