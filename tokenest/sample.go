@@ -140,25 +140,60 @@ func (w *tallyWindow) count(raw []byte) bool {
 // are Estimate's, the JSON guarantee included; Result.Sampled tells which
 // way it was read. threshold ≤ 0 means no threshold (the decision does not
 // depend on the estimate).
-func EstimateNear(body []byte, path string, m Method, threshold int) (Result, error) {
-	return estimateNear(body, path, m, threshold, nil)
+//
+// If index is not nil, EstimateNear also notes in it where the body's
+// top-level members are, so that the caller need not read the body again
+// to find them (see Index).
+func EstimateNear(body []byte, path string, m Method, threshold int, index *Index) (Result, error) {
+	return estimateNear(body, path, m, threshold, nil, index)
 }
 
 // EstimateNear is the package's EstimateNear, with the tool definitions
 // the Cache holds.
-func (c *Cache) EstimateNear(body []byte, path string, m Method, threshold int) (Result, error) {
-	return estimateNear(body, path, m, threshold, c)
+func (c *Cache) EstimateNear(body []byte, path string, m Method, threshold int, index *Index) (Result, error) {
+	return estimateNear(body, path, m, threshold, c, index)
 }
 
-func estimateNear(body []byte, path string, m Method, threshold int, cache *Cache) (Result, error) {
+func estimateNear(body []byte, path string, m Method, threshold int, cache *Cache, index *Index) (Result, error) {
 	if m != Default || len(body) < sampleMin {
-		return estimate(body, path, m, cache, false)
+		return estimate(body, path, m, cache, false, index)
 	}
-	r, err := estimate(body, path, m, cache, true)
+	r, err := estimate(body, path, m, cache, true, index)
 	if err == nil && r.Sampled && threshold > 0 {
 		if d := float64(r.Tokens - threshold); d <= nearBand*float64(threshold) && -d <= nearBand*float64(threshold) {
-			return estimate(body, path, m, cache, false)
+			return estimate(body, path, m, cache, false, index)
 		}
 	}
 	return r, err
+}
+
+// Index is where the top-level members of a body that EstimateNear read
+// are: the one reading of the body serves the estimate and the caller's
+// edits (filter/connector's Object). Reuse one Index across calls: its
+// slice keeps its room, so that noting costs no allocation.
+type Index struct {
+	// Members are the top-level members in document order, repeated keys
+	// included.
+	Members []Member
+	// Close is the offset of the top-level object's closing brace.
+	Close int
+	// complete: the walk read the whole top-level object
+	complete bool
+}
+
+// Member is where a top-level member is: Start is the offset of its key's
+// opening quote, KeyEnd the offset after the key's closing quote, Val the
+// offset of its value and End the offset after the value.
+type Member struct{ Start, KeyEnd, Val, End int }
+
+// Complete reports whether the Index describes the whole top-level object
+// of the last body read: EstimateNear returned nil, ErrNoInput or a
+// *FieldError (the body is one valid JSON object). Otherwise it is not to
+// be used.
+func (x *Index) Complete() bool { return x != nil && x.complete }
+
+func (x *Index) reset() {
+	if x != nil {
+		x.Members, x.Close, x.complete = x.Members[:0], 0, false
+	}
 }

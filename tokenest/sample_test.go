@@ -71,7 +71,7 @@ func TestSampledAccuracy(t *testing.T) {
 		if err != nil {
 			t.Fatal(c.name, err)
 		}
-		part, err := EstimateNear(c.b, c.path, Default, 0)
+		part, err := EstimateNear(c.b, c.path, Default, 0, nil)
 		if err != nil {
 			t.Fatal(c.name, err)
 		}
@@ -97,25 +97,25 @@ func TestEstimateNearThreshold(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole, _ := Estimate(b, "/v1/completions", Default)
-	far, _ := EstimateNear(b, "/v1/completions", Default, 4*whole.Tokens)
+	far, _ := EstimateNear(b, "/v1/completions", Default, 4*whole.Tokens, nil)
 	if !far.Sampled {
 		t.Fatalf("threshold far from the estimate: not sampled")
 	}
 	for _, thr := range []int{whole.Tokens, whole.Tokens * 9 / 10, whole.Tokens * 11 / 10} {
-		near, _ := EstimateNear(b, "/v1/completions", Default, thr)
+		near, _ := EstimateNear(b, "/v1/completions", Default, thr, nil)
 		if near.Sampled || near != whole {
 			t.Errorf("threshold %d, whole estimate %d: got %+v, want the whole reading %+v", thr, whole.Tokens, near, whole)
 		}
 	}
 	for _, thr := range []int{0, whole.Tokens} {
-		if n := testing.AllocsPerRun(10, func() { _, _ = EstimateNear(b, "/v1/completions", Default, thr) }); n != 0 {
+		if n := testing.AllocsPerRun(10, func() { _, _ = EstimateNear(b, "/v1/completions", Default, thr, nil) }); n != 0 {
 			t.Errorf("threshold %d: %.0f allocations per estimate", thr, n)
 		}
 	}
 	// malformed bodies are still refused: the sampled string is validated whole
 	bad := append([]byte(nil), b...)
 	bad[len(bad)/2] = 0x01
-	if _, err := EstimateNear(bad, "/v1/completions", Default, 0); err != ErrNotJSON {
+	if _, err := EstimateNear(bad, "/v1/completions", Default, 0, nil); err != ErrNotJSON {
 		t.Errorf("a control byte in the middle of a long prompt: %v, want ErrNotJSON", err)
 	}
 }
@@ -131,7 +131,7 @@ func FuzzEstimateNear(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		body := []byte(`{"prompt":"` + pad + string(in) + pad + string(in) + pad + `"}`)
 		whole, errW := Estimate(body, "/v1/completions", Default)
-		part, errP := EstimateNear(body, "/v1/completions", Default, 0)
+		part, errP := EstimateNear(body, "/v1/completions", Default, 0, nil)
 		if (errW == nil) != (errP == nil) {
 			t.Fatalf("Estimate: %v, EstimateNear: %v", errW, errP)
 		}

@@ -3,10 +3,12 @@ package connector
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/tokenest"
 	"github.com/tidwall/gjson"
 )
 
@@ -392,5 +394,62 @@ func FuzzValidatedRequest(f *testing.F) {
 		if got.Removed != want.Removed || string(got.Direct().Apply(body)) != string(want.Direct().Apply(body)) || got.Body.Len() != want.Body.Len() {
 			t.Fatalf("NewValidatedRequest differs from NewRequest on %q", body)
 		}
+		checkIndexed(t, body, want)
 	})
+}
+
+// checkIndexed checks that NewIndexedRequest, from tokenest's index of
+// body, and the same rebound to a copy of body, give what NewRequest gave
+// (want): the same members, prefill and decode bodies.
+func checkIndexed(t *testing.T, body []byte, want Request) {
+	t.Helper()
+	// from tokenest's index: the same members, the same edits, and
+	// the same again rebound to a copy of the body
+	var x tokenest.Index
+	if _, err := tokenest.EstimateNear(body, "/v1/chat/completions", tokenest.Default, 0, &x); err == tokenest.ErrNotJSON {
+		t.Fatalf("NewRequest accepts a body tokenest calls not JSON: %q", body)
+	}
+	if !x.Complete() {
+		t.Fatalf("no complete index of %q", body)
+	}
+	ix, err := NewIndexedRequest(config.APIChat, body, &x)
+	if err != nil {
+		t.Fatalf("indexed body rejected: %v", err)
+	}
+	again, ok := ix.Detach().Rebind(append([]byte(nil), body...))
+	if !ok {
+		t.Fatal("Rebind refused the same body")
+	}
+	if _, ok := ix.Detach().Rebind(append([]byte(" "), body[:len(body)-1]...)); ok && len(ix.Body.members) > 0 {
+		t.Fatalf("Rebind took a body shifted by one byte: %q", body)
+	}
+	for _, r := range []Request{ix, again} {
+		if !slices.Equal(r.Body.members, want.Body.members) || r.Body.close != want.Body.close || r.Removed != want.Removed {
+			t.Fatalf("indexed members %+v close %d, scanned %+v close %d (%q)", r.Body.members, r.Body.close, want.Body.members, want.Body.close, body)
+		}
+		kv := []byte(`{"a":1}`)
+		if g, w := NIXLDecode(r, kv).Apply(body), NIXLDecode(want, kv).Apply(body); string(g) != string(w) {
+			t.Fatalf("decode body %q, want %q", g, w)
+		}
+		if g, w := NIXLPrefill(r), NIXLPrefill(want); string(g) != string(w) {
+			t.Fatalf("prefill body %q, want %q", g, w)
+		}
+	}
+}
+
+// TestIndexedRequestLong is FuzzValidatedRequest's check on bodies long
+// enough for tokenest to read their prompt in part.
+func TestIndexedRequestLong(t *testing.T) {
+	long := strings.Repeat(`a long prompt \"quoted\" \u00e9 中文 `, 4000)
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"` + long + `"}],"kv_transfer_params":{"x":1},"max_tokens":9}`,
+		`{"kv_transfer_params":{"x":1} , "messages":[{"role":"user","content":"` + long + `"}],"bootstrap_room":5,"stream":true}`,
+		`{"messages":[{"role":"user","content":"` + long + `"}],"messages":[{"role":"user","content":"x"}]}`,
+	} {
+		want, err := NewRequest(config.APIChat, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkIndexed(t, []byte(body), want)
+	}
 }

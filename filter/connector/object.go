@@ -35,6 +35,33 @@ type Object struct {
 	src     []byte
 	members []member
 	close   int // offset of the closing '}'
+
+	// a Detached object's: len(src), and checksum(src)
+	srcLen int
+	sum    uint64
+}
+
+// checksum hashes (FNV-1a) the bytes of b that o's offsets point at: every
+// key, the first byte of every value, the closing brace. It tells Rebind
+// whether b is the body o was indexed from.
+func (o Object) checksum(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	add := func(p []byte) {
+		for _, c := range p {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+	}
+	for _, m := range o.members {
+		if m.keyEnd > len(b) || m.val >= len(b) || m.start > m.keyEnd {
+			return 0
+		}
+		add(b[m.start:m.keyEnd])
+		add(b[m.val : m.val+1])
+	}
+	if o.close < len(b) {
+		add(b[o.close : o.close+1])
+	}
+	return h
 }
 
 type member struct {

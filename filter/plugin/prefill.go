@@ -215,12 +215,16 @@ func (s *stream) prefillName() string {
 
 // reread reads the paused request's body back from Envoy's buffer: the
 // stream does not keep it in the wasm heap while the prefill runs. It is the
-// body decideBody validated, so it is only indexed again.
+// body decideBody validated and indexed: its members are where they were
+// (Rebind), unless something changed it, when it is indexed again.
 func (s *stream) reread() (connector.Request, bool) {
 	body, err := abi.GetHttpRequestBody(0, s.bodyLen)
 	if err != nil {
 		s.fail(apierr.Internal, "re-read request body: "+err.Error())
 		return connector.Request{}, false
 	}
-	return s.index(body)
+	if req, ok := s.indexed.Rebind(body); ok {
+		return req, true // the offsets found before the prefill
+	}
+	return s.index(body, nil)
 }
