@@ -3,10 +3,13 @@
 // configuration, each phase including the ones before it:
 //
 //	read      copy the body into the VM (proxy_get_buffer_bytes)
-//	estimate  + tokenest through a Cache, as the filter estimates
-//	index     + connector's index and sanitising of the body
+//	whole     + tokenest reading the whole body (Cache.Estimate), for comparison
+//	estimate  + tokenest as the filter estimates (Cache.EstimateNear, long
+//	            strings in part, noting the top-level members)
+//	index     + connector's Object from that index, sanitised (NewIndexedRequest)
 //	prefill   + the prefill body (connector.NIXLPrefill)
-//	decode    + the decode edit (connector.NIXLDecode)
+//	decode    + what the prefill's answer costs: the body read again, the
+//	            index rebound to it, the decode edit and its host call
 //
 // The cost of a phase is its row's time minus the row before it
 // (BenchmarkFilterPhasesInWasm; RATIONALE.md, "Where a long request's time
@@ -30,12 +33,13 @@ type vm struct{ types.DefaultVMContext }
 
 func (*vm) NewPluginContext(uint32) types.PluginContext { return &root{} }
 
-var phases = map[string]int{"read": 0, "estimate": 1, "index": 2, "prefill": 3, "decode": 4}
+var phases = map[string]int{"read": 0, "whole": -1, "estimate": 1, "index": 2, "prefill": 3, "decode": 4}
 
 type root struct {
 	types.DefaultPluginContext
 	phase int
 	cache *tokenest.Cache
+	index tokenest.Index
 }
 
 func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
@@ -71,20 +75,27 @@ func (s *stream) OnHttpRequestBody(size int, eos bool) types.Action {
 		abi.LogErrorf("phases: %v", err)
 		return types.ActionContinue
 	}
+	if s.r.phase < 0 {
+		if _, err := s.r.cache.Estimate(body, "/v1/chat/completions", tokenest.Default); err != nil {
+			abi.LogErrorf("phases: %v", err)
+		}
+		return types.ActionContinue
+	}
 	if s.r.phase < 1 {
 		return types.ActionContinue
 	}
-	if _, err := s.r.cache.EstimateNear(body, "/v1/chat/completions", tokenest.Default, 0); err != nil {
+	if _, err := s.r.cache.EstimateNear(body, "/v1/chat/completions", tokenest.Default, 0, &s.r.index); err != nil {
 		abi.LogErrorf("phases: %v", err)
 	}
 	if s.r.phase < 2 {
 		return types.ActionContinue
 	}
-	req, err := connector.NewValidatedRequest(config.APIChat, body)
+	req, err := connector.NewIndexedRequest(config.APIChat, body, &s.r.index)
 	if err != nil {
 		abi.LogErrorf("phases: %v", err)
 		return types.ActionContinue
 	}
+	detached := req.Detach()
 	if s.r.phase < 3 {
 		return types.ActionContinue
 	}
@@ -94,8 +105,19 @@ func (s *stream) OnHttpRequestBody(size int, eos bool) types.Action {
 	if s.r.phase < 4 {
 		return types.ActionContinue
 	}
-	if e := connector.NIXLDecode(req, kvParams); e.Drain == 0 && len(e.Prefix) == 0 {
-		abi.LogErrorf("phases: empty decode edit")
+	again, err := abi.GetHttpRequestBody(0, size)
+	if err != nil {
+		abi.LogErrorf("phases: %v", err)
+		return types.ActionContinue
+	}
+	req, ok := detached.Rebind(again)
+	if !ok {
+		abi.LogErrorf("phases: Rebind refused the body")
+		return types.ActionContinue
+	}
+	e := connector.NIXLDecode(req, kvParams)
+	if err := abi.EditHttpRequestBody(e.Drain, e.Prefix); err != nil {
+		abi.LogErrorf("phases: %v", err)
 	}
 	return types.ActionContinue
 }
