@@ -38,10 +38,9 @@ type tally struct {
 	bd          Breakdown
 	idPrompt    bool // the input is a token-id prompt
 
-	index   *Index      // where the top-level members are, or nil
-	sample  bool        // read long strings in part (EstimateNear)
-	sampled bool        // some string was
-	win     tallyWindow // the counter of the parts read
+	index   *Index // where the top-level members are, or nil
+	sample  bool   // read long strings in part (EstimateNear)
+	sampled bool   // some string was
 }
 
 // walk reads body as a request of shape sh.
