@@ -156,15 +156,35 @@ func Escape(c byte) byte { return escapes[c] }
 
 // SkipString validates the JSON string at b[i] (b[i] == '"') and returns the
 // offset after its closing quote, or -1: CountString's end without the
-// count, two words at a time over plain text (the whole of a long prompt
-// that EstimateNear reads in part, which it validates).
+// count. Plain text goes two words at a time, and words with two-byte
+// escapes (code) are taken in place as CountString takes them; it reads
+// the whole of a long prompt that EstimateNear counts in part.
 func SkipString(b []byte, i int) int {
+	var carry uint64 // the previous word ended with an escaping backslash
 	for i++; ; {
-		for len(b)-i >= 16 && stops(Word(b, i))|stops(Word(b, i+8)) == 0 {
-			i += 16
-		}
-		for len(b)-i >= 8 && stops(Word(b, i)) == 0 {
+		for len(b)-i >= 8 {
+			if carry == 0 && len(b)-i >= 16 && stops(Word(b, i))|stops(Word(b, i+8)) == 0 {
+				i += 16
+				continue
+			}
+			x := Word(b, i)
+			if stops(x) == 0 && carry == 0 {
+				i += 8
+				continue
+			}
+			e := uint64(escapeTable[bitsOf(equal(x, '\\'))|carry<<8])
+			escaped := e & 0xFF
+			if bitsOf(equal(x, '"')|below(x, 0x20))&^escaped != 0 || !twoByteEscapes(x, escaped) {
+				i -= int(carry) // byte by byte, from the escaping backslash
+				carry = 0
+				break
+			}
+			carry = e >> 8
 			i += 8
+		}
+		if carry != 0 { // fewer than 8 bytes left after an escaping backslash
+			i--
+			carry = 0
 		}
 		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
 			i++
