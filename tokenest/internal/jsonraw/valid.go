@@ -160,6 +160,22 @@ func Escape(c byte) byte { return escapes[c] }
 // escapes (code) are taken in place as CountString takes them; it reads
 // the whole of a long prompt that EstimateNear counts in part.
 func SkipString(b []byte, i int) int {
+	if len(b)-i > 16 {
+		// A string of up to fifteen bytes (most keys and roles): its
+		// closing quote is the first stop of the two words after the
+		// opening one (as in CountString).
+		x := Word(b, i+1)
+		if stops(x) == 0 {
+			i += 8
+			x = Word(b, i+1)
+		}
+		if stops(x) != 0 {
+			k := bits.TrailingZeros64(stops(x)) >> 3
+			if b[i+1+k] == '"' {
+				return i + 2 + k
+			}
+		}
+	}
 	var carry uint64 // the previous word ended with an escaping backslash
 	for i++; ; {
 		for len(b)-i >= 8 {
