@@ -423,6 +423,26 @@ func checkIndexed(t *testing.T, body []byte, want Request) {
 	if _, ok := ix.Detach().Rebind(append([]byte(" "), body[:len(body)-1]...)); ok && len(ix.Body.members) > 0 {
 		t.Fatalf("Rebind took a body shifted by one byte: %q", body)
 	}
+	// the decode edits from the head of the body alone
+	d := ix.Detach()
+	head, ok := d.RebindHead(append([]byte(nil), body[:d.DecodeHead()]...))
+	if !ok {
+		t.Fatalf("RebindHead refused the first %d bytes of %q", d.DecodeHead(), body)
+	}
+	kv, ep, answer := []byte(`{"remote_host":"a","x":[1,2]}`), &config.Endpoint{Name: "p", Host: "10.1.1.1"}, []byte(`{"id":"x"}`)
+	if g, w := NIXLDecode(head, kv).Apply(body), NIXLDecode(want, kv).Apply(body); string(g) != string(w) {
+		t.Fatalf("decode body from the head %q, want %q", g, w)
+	}
+	g, errG := OrchestratedDecode(head, kv, ep, answer)
+	w, errW := OrchestratedDecode(want, kv, ep, answer)
+	if (errG == nil) != (errW == nil) || errG == nil && string(g.Apply(body)) != string(w.Apply(body)) {
+		t.Fatalf("orchestrated decode body from the head %q (%v), want %q (%v)", g.Apply(body), errG, w.Apply(body), errW)
+	}
+	if n := d.DecodeHead(); n > 0 {
+		if _, ok := d.RebindHead(append([]byte(" "), body[:n-1]...)); ok {
+			t.Fatalf("RebindHead took a head shifted by one byte: %q", body)
+		}
+	}
 	for _, r := range []Request{ix, again} {
 		if !slices.Equal(r.Body.members, want.Body.members) || r.Body.close != want.Body.close || r.Removed != want.Removed {
 			t.Fatalf("indexed members %+v close %d, scanned %+v close %d (%q)", r.Body.members, r.Body.close, want.Body.members, want.Body.close, body)

@@ -95,13 +95,45 @@ func NewIndexedRequest(api config.API, body []byte, x *tokenest.Index) (Request,
 func (r Request) Detach() Request {
 	o := r.Body
 	o.members = slices.Clone(o.members)
+	o.head = o.decodeHead()
+	o.srcLen, o.sum, o.headSum = len(o.src), o.checksum(o.src, len(o.members), true), o.checksum(o.src, o.headMembers(), false)
 	for i := range o.members {
 		o.members[i].key = "" // it aliases the bytes
 	}
-	o.srcLen, o.sum = len(o.src), o.checksum(o.src)
 	o.src = nil
 	r.Body = o
 	return r
+}
+
+// decodeKeys are the members the nixl and orchestrated decode edits set
+// (NIXLDecode, OrchestratedDecode). Both are control fields, so a client's
+// are removed, never kept.
+var decodeKeys = []string{"kv_transfer_params", "disagg_prefill_resp"}
+
+// DecodeHead is how many leading bytes of the body a Detached r needs
+// for the nixl and orchestrated decode edits: up to the end of the last
+// member they set or sanitising removed (0 when there is none: the edit
+// only adds members). RebindHead takes those bytes alone.
+func (r Request) DecodeHead() int { return r.Body.head }
+
+// RebindHead is Rebind for the nixl and orchestrated decode edits only:
+// head is the first DecodeHead() bytes of the body, and the Request it
+// returns serves NIXLDecode and OrchestratedDecode, which read nothing
+// beyond them (any other use may panic). False when head is not the head
+// r was indexed from.
+func (r Request) RebindHead(head []byte) (Request, bool) {
+	o := r.Body
+	if o.src != nil || o.srcLen == 0 || len(head) != o.head || o.checksum(head, o.headMembers(), false) != o.headSum {
+		return Request{}, false
+	}
+	o.src = head
+	o.members = slices.Clone(o.members)
+	for i := range o.members[:o.headMembers()] {
+		m := &o.members[i]
+		m.key = decodeKey(head[m.start:m.keyEnd])
+	}
+	r.Body = o
+	return r, true
 }
 
 // Rebind returns a Detached r over body, the body read again from the
@@ -111,7 +143,7 @@ func (r Request) Detach() Request {
 // anew.
 func (r Request) Rebind(body []byte) (Request, bool) {
 	o := r.Body
-	if o.src != nil || len(body) != o.srcLen || o.close >= len(body) || o.checksum(body) != o.sum {
+	if o.src != nil || o.srcLen == 0 || len(body) != o.srcLen || o.close >= len(body) || o.checksum(body, len(o.members), true) != o.sum {
 		return Request{}, false
 	}
 	o.src = body

@@ -148,7 +148,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 		s.onPrefillFailed(o, a)
 		return
 	}
-	req, ok := s.reread()
+	req, ok := s.rereadHead()
 	if !ok {
 		return
 	}
@@ -211,6 +211,24 @@ func (s *stream) prefillName() string {
 		return "(none)"
 	}
 	return s.prefillEP.Name
+}
+
+// rereadHead is reread for the nixl and orchestrated decode edits, which
+// read only the body's first members (connector.Request.DecodeHead): only
+// those bytes come back into the VM, often none at all. It falls back to
+// reread.
+func (s *stream) rereadHead() (connector.Request, bool) {
+	var head []byte
+	if n := s.indexed.DecodeHead(); n > 0 && n < s.bodyLen {
+		var err error
+		if head, err = abi.GetHttpRequestBody(0, n); err != nil {
+			return s.reread()
+		}
+	}
+	if req, ok := s.indexed.RebindHead(head); ok {
+		return req, true
+	}
+	return s.reread()
 }
 
 // reread reads the paused request's body back from Envoy's buffer: the
