@@ -8,8 +8,9 @@
 //	            strings in part, noting the top-level members)
 //	index     + connector's Object from that index, sanitised (NewIndexedRequest)
 //	prefill   + the prefill body (connector.NIXLPrefill)
-//	decode    + what the prefill's answer costs: the body read again, the
-//	            index rebound to it, the decode edit and its host call
+//	decode    + what the prefill's answer costs: the head of the body the
+//	            edit reads (here none) read again, the index rebound to it,
+//	            the decode edit and its host call
 //
 // The cost of a phase is its row's time minus the row before it
 // (BenchmarkFilterPhasesInWasm; RATIONALE.md, "Where a long request's time
@@ -105,14 +106,16 @@ func (s *stream) OnHttpRequestBody(size int, eos bool) types.Action {
 	if s.r.phase < 4 {
 		return types.ActionContinue
 	}
-	again, err := abi.GetHttpRequestBody(0, size)
-	if err != nil {
-		abi.LogErrorf("phases: %v", err)
-		return types.ActionContinue
+	var head []byte // as the filter's rereadHead
+	if n := detached.DecodeHead(); n > 0 {
+		if head, err = abi.GetHttpRequestBody(0, n); err != nil {
+			abi.LogErrorf("phases: %v", err)
+			return types.ActionContinue
+		}
 	}
-	req, ok := detached.Rebind(again)
+	req, ok := detached.RebindHead(head)
 	if !ok {
-		abi.LogErrorf("phases: Rebind refused the body")
+		abi.LogErrorf("phases: RebindHead refused the body's head")
 		return types.ActionContinue
 	}
 	e := connector.NIXLDecode(req, kvParams)
