@@ -106,3 +106,24 @@ func runCached(b *testing.B, name string, body []byte, path string, c *Cache) {
 		})
 	}
 }
+
+// BenchmarkEstimateNear measures EstimateNear, as the filter estimates,
+// on the string prompts of BenchmarkEstimate long enough to be read in
+// part (32k and 128k tokens), with no threshold.
+func BenchmarkEstimateNear(b *testing.B) {
+	for _, class := range []string{"english", "chinese", "code"} {
+		for _, tokens := range []int{32 << 10, 128 << 10} {
+			body := benchBody(b, class, tokens)
+			b.Run(fmt.Sprintf("%s/%dk", class, tokens>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				var x Index
+				for b.Loop() {
+					if _, err := EstimateNear(body, "/v1/completions", Default, 0, &x); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

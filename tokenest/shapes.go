@@ -37,6 +37,10 @@ type tally struct {
 	cache       *Cache            // tool definitions validated (and counted) before, or nil
 	bd          Breakdown
 	idPrompt    bool // the input is a token-id prompt
+
+	index   *Index // where the top-level members are, or nil
+	sample  bool   // read long strings in part (EstimateNear)
+	sampled bool   // some string was
 }
 
 // walk reads body as a request of shape sh.
@@ -101,7 +105,7 @@ func (t *tally) result() Result {
 		b.Text += t.text.Estimate()
 		b.Tools += t.tools.Estimate()
 	}
-	return Result{Tokens: b.Total(), Exact: t.idPrompt && b.Total() == b.TokenIDs, Method: t.method, Breakdown: b}
+	return Result{Tokens: b.Total(), Exact: t.idPrompt && b.Total() == b.TokenIDs, Method: t.method, Breakdown: b, Sampled: t.sampled}
 }
 
 // textString counts (or hashes) the string at t.b[v] as text.
@@ -120,6 +124,12 @@ func (t *tally) textString(v int) (int, error) {
 		end, n = jsonraw.CountString(t.b, v)
 		t.chars += n
 	default:
+		if t.sample {
+			var ok bool
+			if end, ok = t.sampledString(v); ok {
+				break
+			}
+		}
 		end = t.text.JSONString(t.b, v)
 	}
 	if end < 0 {

@@ -106,6 +106,9 @@ type Result struct {
 	Exact     bool      `json:"exact"`     // the whole input was token ids, so Tokens is a count
 	Method    Method    `json:"method"`    // the method used
 	Breakdown Breakdown `json:"breakdown"` // where Tokens come from
+	// Sampled reports that EstimateNear read a long string in part and
+	// extrapolated (never for Estimate).
+	Sampled bool `json:"sampled,omitempty"`
 }
 
 // Errors. ErrUnsupportedPath means the filter asked about a path tokenest
@@ -191,12 +194,13 @@ func Supported(path string) bool {
 // key or an error is then read a second time, in the shape's order, to
 // settle which member wins and which error is reported.
 func Estimate(body []byte, path string, m Method) (Result, error) {
-	return estimate(body, path, m, nil)
+	return estimate(body, path, m, nil, false, nil)
 }
 
 // estimate is Estimate, with the tool definitions that cache holds (nil
-// for none).
-func estimate(body []byte, path string, m Method, cache *Cache) (Result, error) {
+// for none), reading long strings in part when sample is set, and noting
+// where the top-level members are in index (nil for none).
+func estimate(body []byte, path string, m Method, cache *Cache, sample bool, index *Index) (Result, error) {
 	if m > Chars4 {
 		return Result{}, fmt.Errorf("tokenest: invalid method %d", uint8(m))
 	}
@@ -204,10 +208,12 @@ func estimate(body []byte, path string, m Method, cache *Cache) (Result, error) 
 	if !ok {
 		return Result{}, ErrUnsupportedPath
 	}
-	t := tally{method: m, cache: cache}
+	index.reset()
+	t := tally{method: m, cache: cache, sample: sample, index: index}
 	err := t.walk(body, sh)
 	if err != nil && err != ErrNotJSON {
-		t = tally{method: m, ordered: true, cache: cache}
+		index.reset()
+		t = tally{method: m, ordered: true, cache: cache, sample: sample, index: index}
 		err = t.walkOrdered(body, sh)
 	}
 	if err != nil {

@@ -64,16 +64,19 @@ func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (in
 			if i >= len(b) || b[i] != '"' {
 				return 0, ErrNotJSON
 			}
+			start := i
 			k, end := keyAt(b, i, keys)
 			if end < 0 {
 				return 0, ErrNotJSON
 			}
+			keyEnd := end
 			if i = jsonraw.SkipSpace(b, end); i >= len(b) || b[i] != ':' {
 				return 0, ErrNotJSON
 			}
 			if i = jsonraw.SkipSpace(b, i+1); i >= len(b) {
 				return 0, ErrNotJSON
 			}
+			val := i
 			switch {
 			case t.ordered:
 				if k >= 0 {
@@ -95,6 +98,9 @@ func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (in
 			if end < 0 {
 				return 0, ErrNotJSON
 			}
+			if t.depth == 1 && t.index != nil {
+				t.index.Members = append(t.index.Members, Member{Start: start, KeyEnd: keyEnd, Val: val, End: end})
+			}
 			if i = jsonraw.SkipSpace(b, end); i < len(b) && b[i] == ',' {
 				i = jsonraw.SkipSpace(b, i+1)
 				continue
@@ -105,6 +111,9 @@ func (t *tally) object(v int, keys *keySet, m *members, visit func(k, v int) (in
 			i++
 			break
 		}
+	}
+	if t.depth == 1 && t.index != nil {
+		t.index.Close, t.index.complete = i-1, true
 	}
 	if !t.ordered {
 		// the missing required keys, in order

@@ -143,14 +143,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, apierr.BodyTooLarge, fmt.Sprintf("more than %d bytes", cfg.MaxBodyBytes))
 		return
 	}
-	req, err := connector.NewRequest(api, body)
+	// as the filter does: the estimate validates and indexes the body
+	var index tokenest.Index
+	tokens := -1
+	est, err := tokenest.EstimateNear(body, r.URL.Path, p.method, cfg.ThresholdTokens, &index)
+	if errors.Is(err, tokenest.ErrNotJSON) {
+		p.fail(w, apierr.MalformedJSON, "request body is not a JSON object")
+		return
+	}
+	if err == nil {
+		tokens = est.Tokens
+	}
+	req, err := connector.NewIndexedRequest(api, body, &index)
 	if err != nil {
 		p.fail(w, apierr.MalformedJSON, err.Error())
 		return
-	}
-	tokens := -1
-	if est, err := tokenest.Estimate(body, r.URL.Path, p.method); err == nil {
-		tokens = est.Tokens
 	}
 	var random [16]byte
 	_, _ = crand.Read(random[:])

@@ -3,13 +3,7 @@
 // Makefile builds build/pdroute.wasm, and caches the result by content so a
 // test run builds each plugin at most once.
 //
-// Every plugin is built with the filter's profile for profile-guided
-// optimisation, filter/default.pgo (see .ci/pgo), as the Makefile's wasm
-// build is: the estimator in a test plugin is then compiled as the shipped
-// module's is. PDROUTE_WASM_PGO=off builds without it
-// (to measure what it gains).
-//
-// The cache key hashes the toolchain, go.mod and go.sum, the profile, and the
+// The cache key hashes the toolchain, go.mod and go.sum, and the
 // name and content of every source and embedded file of every package of this
 // module the target imports (dependencies from other modules are pinned by
 // go.sum).
@@ -153,8 +147,7 @@ func buildWith(goCmd, pkg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pgo := profile(root)
-	key, err := cacheKey(goCmd, root, pkg, pgo)
+	key, err := cacheKey(goCmd, root, pkg)
 	if err != nil {
 		return "", err
 	}
@@ -176,7 +169,7 @@ func buildWith(goCmd, pkg string) (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	cmd := exec.Command(goCmd, "build", "-buildmode=c-shared", "-trimpath", "-pgo="+pgo, "-o", tmp.Name(), pkg)
+	cmd := exec.Command(goCmd, "build", "-buildmode=c-shared", "-trimpath", "-o", tmp.Name(), pkg)
 	cmd.Dir = root
 	cmd.Env = toolchainEnv("GOOS=wasip1", "GOARCH=wasm")
 	var stderr bytes.Buffer
@@ -205,19 +198,9 @@ func moduleRoot(goCmd string) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// profile returns the -pgo setting of a build: the filter's profile, or off
-// when there is none or PDROUTE_WASM_PGO=off.
-func profile(root string) string {
-	p := filepath.Join(root, "filter", "default.pgo")
-	if os.Getenv("PDROUTE_WASM_PGO") == "off" || !fileExists(p) {
-		return "off"
-	}
-	return p
-}
-
-// cacheKey hashes everything a rebuild of pkg with the -pgo setting pgo could
-// depend on inside the module.
-func cacheKey(goCmd, root, pkg, pgo string) (string, error) {
+// cacheKey hashes everything a rebuild of pkg could depend on inside the
+// module.
+func cacheKey(goCmd, root, pkg string) (string, error) {
 	cmd := exec.Command(goCmd, "list", "-deps",
 		"-f", `{{if .Module}}{{if .Module.Main}}{{.ImportPath}}{{"\t"}}{{.Dir}}{{"\t"}}{{join .GoFiles ","}}{{"\t"}}{{join .EmbedFiles ","}}{{end}}{{end}}`,
 		pkg)
@@ -233,12 +216,6 @@ func cacheKey(goCmd, root, pkg, pgo string) (string, error) {
 	fmt.Fprintf(h, "%s\n%s\n", Toolchain, pkg)
 	for _, f := range []string{"go.mod", "go.sum"} {
 		if err := hashFile(h, filepath.Join(root, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", err
-		}
-	}
-	fmt.Fprintf(h, "pgo %v\n", pgo != "off")
-	if pgo != "off" {
-		if err := hashFile(h, pgo); err != nil {
 			return "", err
 		}
 	}

@@ -40,59 +40,28 @@ func TestCacheKeyFollowsContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pkg := writePkg(t, "package main\n\nfunc main() {}\n")
-	k1, err := cacheKey(goCmd, root, pkg, "off")
+	k1, err := cacheKey(goCmd, root, pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k2, _ := cacheKey(goCmd, root, pkg, "off")
+	k2, _ := cacheKey(goCmd, root, pkg)
 	if k1 != k2 {
 		t.Fatal("the key is not stable")
 	}
 	dir := filepath.Join(root, strings.TrimPrefix(pkg, "./"))
 	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { println() }\n"), 0o644)
-	k3, _ := cacheKey(goCmd, root, pkg, "off")
+	k3, _ := cacheKey(goCmd, root, pkg)
 	if k3 == k1 {
 		t.Error("editing the package's own file did not change the key")
 	}
 	os.WriteFile(filepath.Join(dir, "extra.go"), []byte("package main\n"), 0o644)
-	k4, _ := cacheKey(goCmd, root, pkg, "off")
+	k4, _ := cacheKey(goCmd, root, pkg)
 	if k4 == k3 {
 		t.Error("adding a file did not change the key")
 	}
 	os.WriteFile(filepath.Join(dir, "extra_test.go"), []byte("package main\n"), 0o644)
-	if k5, _ := cacheKey(goCmd, root, pkg, "off"); k5 != k4 {
+	if k5, _ := cacheKey(goCmd, root, pkg); k5 != k4 {
 		t.Error("a test file changed the key of the wasm build")
-	}
-	// the profile: whether there is one, and its content
-	prof := filepath.Join(t.TempDir(), "default.pgo")
-	os.WriteFile(prof, []byte("profile 1"), 0o644)
-	k6, err := cacheKey(goCmd, root, pkg, prof)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k6 == k4 {
-		t.Error("building with a profile did not change the key")
-	}
-	os.WriteFile(prof, []byte("profile 2"), 0o644)
-	if k7, _ := cacheKey(goCmd, root, pkg, prof); k7 == k6 {
-		t.Error("editing the profile did not change the key")
-	}
-}
-
-func TestProfile(t *testing.T) {
-	root := t.TempDir()
-	if got := profile(root); got != "off" {
-		t.Errorf("without filter/default.pgo: %q, want off", got)
-	}
-	os.Mkdir(filepath.Join(root, "filter"), 0o755)
-	want := filepath.Join(root, "filter", "default.pgo")
-	os.WriteFile(want, []byte("p"), 0o644)
-	if got := profile(root); got != want {
-		t.Errorf("with filter/default.pgo: %q, want %q", got, want)
-	}
-	t.Setenv("PDROUTE_WASM_PGO", "off")
-	if got := profile(root); got != "off" {
-		t.Errorf("PDROUTE_WASM_PGO=off: %q, want off", got)
 	}
 }
 

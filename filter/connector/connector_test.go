@@ -3,10 +3,12 @@ package connector
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/tokenest"
 	"github.com/tidwall/gjson"
 )
 
@@ -392,6 +394,7 @@ func FuzzValidatedRequest(f *testing.F) {
 		if got.Removed != want.Removed || string(got.Direct().Apply(body)) != string(want.Direct().Apply(body)) || got.Body.Len() != want.Body.Len() {
 			t.Fatalf("NewValidatedRequest differs from NewRequest on %q", body)
 		}
+		checkIndexed(t, body, want)
 	})
 }
 
@@ -428,5 +431,81 @@ func TestDisaggregable(t *testing.T) {
 		case tt.reason != "" && (!errors.Is(err, ErrNotEligible) || !strings.HasSuffix(err.Error(), ": "+tt.reason)):
 			t.Errorf("%s %s: %v, want ErrNotEligible: %s", tt.mode, tt.body, err, tt.reason)
 		}
+	}
+}
+
+// checkIndexed checks that NewIndexedRequest, from tokenest's index of
+// body, and the same rebound to a copy of body, give what NewRequest gave
+// (want): the same members, prefill and decode bodies.
+func checkIndexed(t *testing.T, body []byte, want Request) {
+	t.Helper()
+	// from tokenest's index: the same members, the same edits, and
+	// the same again rebound to a copy of the body
+	var x tokenest.Index
+	if _, err := tokenest.EstimateNear(body, "/v1/chat/completions", tokenest.Default, 0, &x); err == tokenest.ErrNotJSON {
+		t.Fatalf("NewRequest accepts a body tokenest calls not JSON: %q", body)
+	}
+	if !x.Complete() {
+		t.Fatalf("no complete index of %q", body)
+	}
+	ix, err := NewIndexedRequest(config.APIChat, body, &x)
+	if err != nil {
+		t.Fatalf("indexed body rejected: %v", err)
+	}
+	again, ok := ix.Detach().Rebind(append([]byte(nil), body...))
+	if !ok {
+		t.Fatal("Rebind refused the same body")
+	}
+	if _, ok := ix.Detach().Rebind(append([]byte(" "), body[:len(body)-1]...)); ok && len(ix.Body.members) > 0 {
+		t.Fatalf("Rebind took a body shifted by one byte: %q", body)
+	}
+	// the decode edits from the head of the body alone
+	d := ix.Detach()
+	head, ok := d.RebindHead(append([]byte(nil), body[:d.DecodeHead()]...))
+	if !ok {
+		t.Fatalf("RebindHead refused the first %d bytes of %q", d.DecodeHead(), body)
+	}
+	kv, ep, answer := []byte(`{"remote_host":"a","x":[1,2]}`), &config.Endpoint{Name: "p", Host: "10.1.1.1"}, []byte(`{"id":"x"}`)
+	if g, w := NIXLDecode(head, kv).Apply(body), NIXLDecode(want, kv).Apply(body); string(g) != string(w) {
+		t.Fatalf("decode body from the head %q, want %q", g, w)
+	}
+	g, errG := OrchestratedDecode(head, kv, ep, answer)
+	w, errW := OrchestratedDecode(want, kv, ep, answer)
+	if (errG == nil) != (errW == nil) || errG == nil && string(g.Apply(body)) != string(w.Apply(body)) {
+		t.Fatalf("orchestrated decode body from the head %q (%v), want %q (%v)", g.Apply(body), errG, w.Apply(body), errW)
+	}
+	if n := d.DecodeHead(); n > 0 {
+		if _, ok := d.RebindHead(append([]byte(" "), body[:n-1]...)); ok {
+			t.Fatalf("RebindHead took a head shifted by one byte: %q", body)
+		}
+	}
+	for _, r := range []Request{ix, again} {
+		if !slices.Equal(r.Body.members, want.Body.members) || r.Body.close != want.Body.close || r.Removed != want.Removed {
+			t.Fatalf("indexed members %+v close %d, scanned %+v close %d (%q)", r.Body.members, r.Body.close, want.Body.members, want.Body.close, body)
+		}
+		kv := []byte(`{"a":1}`)
+		if g, w := NIXLDecode(r, kv).Apply(body), NIXLDecode(want, kv).Apply(body); string(g) != string(w) {
+			t.Fatalf("decode body %q, want %q", g, w)
+		}
+		if g, w := NIXLPrefill(r), NIXLPrefill(want); string(g) != string(w) {
+			t.Fatalf("prefill body %q, want %q", g, w)
+		}
+	}
+}
+
+// TestIndexedRequestLong is FuzzValidatedRequest's check on bodies long
+// enough for tokenest to read their prompt in part.
+func TestIndexedRequestLong(t *testing.T) {
+	long := strings.Repeat(`a long prompt \"quoted\" \u00e9 中文 `, 4000)
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"` + long + `"}],"kv_transfer_params":{"x":1},"max_tokens":9}`,
+		`{"kv_transfer_params":{"x":1} , "messages":[{"role":"user","content":"` + long + `"}],"bootstrap_room":5,"stream":true}`,
+		`{"messages":[{"role":"user","content":"` + long + `"}],"messages":[{"role":"user","content":"x"}]}`,
+	} {
+		want, err := NewRequest(config.APIChat, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkIndexed(t, []byte(body), want)
 	}
 }

@@ -35,6 +35,55 @@ type Object struct {
 	src     []byte
 	members []member
 	close   int // offset of the closing '}'
+
+	// a Detached object's: len(src) and checksum(src, all members); the
+	// decode edits' head (decodeHead) and its checksum
+	srcLen, head int
+	sum, headSum uint64
+}
+
+// checksum hashes (FNV-1a) the bytes of b that the first n members'
+// offsets point at: their keys and the first byte of their values, and
+// the closing brace with close. It tells Rebind and RebindHead whether b is
+// (the head of) the body o was indexed from.
+func (o Object) checksum(b []byte, n int, close bool) uint64 {
+	h := uint64(14695981039346656037)
+	add := func(p []byte) {
+		for _, c := range p {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+	}
+	for _, m := range o.members[:n] {
+		if m.keyEnd > len(b) || m.val >= len(b) || m.start > m.keyEnd {
+			return 0
+		}
+		add(b[m.start:m.keyEnd])
+		add(b[m.val : m.val+1])
+	}
+	if close && o.close < len(b) {
+		add(b[o.close : o.close+1])
+	}
+	return h
+}
+
+// decodeHead is Request.DecodeHead for o, which holds its bytes: the end
+// of the last member named by decodeKeys or removed, or 0.
+func (o Object) decodeHead() int {
+	for i := len(o.members) - 1; i >= 0; i-- {
+		if m := o.members[i]; m.removed || slices.Contains(decodeKeys, m.key) {
+			return m.end
+		}
+	}
+	return 0
+}
+
+// headMembers is how many members lie within a Detached o's head.
+func (o Object) headMembers() int {
+	n := 0
+	for n < len(o.members) && o.members[n].end <= o.head {
+		n++
+	}
+	return n
 }
 
 type member struct {

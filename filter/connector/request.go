@@ -14,7 +14,10 @@
 package connector
 
 import (
+	"slices"
+
 	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 // controlFields are fields that steer engines to each other. A client must
@@ -66,6 +69,91 @@ func NewValidatedRequest(api config.API, body []byte) (Request, error) {
 	}
 	o, removed := o.Without(controlFields...)
 	return Request{API: api, Body: o, Removed: removed}, nil
+}
+
+// NewIndexedRequest is NewValidatedRequest from the index tokenest made of
+// the body while it estimated it (tokenest.EstimateNear): the body is read
+// once, by the estimator, for the estimate, the sanitising and the edits.
+// An index that is not Complete (the estimate failed on bad JSON) falls back
+// to NewValidatedRequest's own scan.
+func NewIndexedRequest(api config.API, body []byte, x *tokenest.Index) (Request, error) {
+	if !x.Complete() {
+		return NewValidatedRequest(api, body)
+	}
+	o := Object{src: body, close: x.Close, members: make([]member, len(x.Members))}
+	for i, m := range x.Members {
+		o.members[i] = member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: decodeKey(body[m.Start:m.KeyEnd])}
+	}
+	o, removed := o.Without(controlFields...)
+	return Request{API: api, Body: o, Removed: removed}, nil
+}
+
+// Detach returns r without the body's bytes: the members' offsets, and a
+// hash of the bytes they point at (the keys, each value's first byte, the
+// closing brace), so that a stream paused for a prefill holds no copy of a
+// body the proxy holds anyway. Rebind puts the bytes back.
+func (r Request) Detach() Request {
+	o := r.Body
+	o.members = slices.Clone(o.members)
+	o.head = o.decodeHead()
+	o.srcLen, o.sum, o.headSum = len(o.src), o.checksum(o.src, len(o.members), true), o.checksum(o.src, o.headMembers(), false)
+	for i := range o.members {
+		o.members[i].key = "" // it aliases the bytes
+	}
+	o.src = nil
+	r.Body = o
+	return r
+}
+
+// decodeKeys are the members the nixl and orchestrated decode edits set
+// (NIXLDecode, OrchestratedDecode). Both are control fields, so a client's
+// are removed, never kept.
+var decodeKeys = []string{"kv_transfer_params", "disagg_prefill_resp"}
+
+// DecodeHead is how many leading bytes of the body a Detached r needs
+// for the nixl and orchestrated decode edits: up to the end of the last
+// member they set or sanitising removed (0 when there is none: the edit
+// only adds members). RebindHead takes those bytes alone.
+func (r Request) DecodeHead() int { return r.Body.head }
+
+// RebindHead is Rebind for the nixl and orchestrated decode edits only:
+// head is the first DecodeHead() bytes of the body, and the Request it
+// returns serves NIXLDecode and OrchestratedDecode, which read nothing
+// beyond them (any other use may panic). False when head is not the head
+// r was indexed from.
+func (r Request) RebindHead(head []byte) (Request, bool) {
+	o := r.Body
+	if o.src != nil || o.srcLen == 0 || len(head) != o.head || o.checksum(head, o.headMembers(), false) != o.headSum {
+		return Request{}, false
+	}
+	o.src = head
+	o.members = slices.Clone(o.members)
+	for i := range o.members[:o.headMembers()] {
+		m := &o.members[i]
+		m.key = decodeKey(head[m.start:m.keyEnd])
+	}
+	r.Body = o
+	return r, true
+}
+
+// Rebind returns a Detached r over body, the body read again from the
+// proxy's buffer: the members keep their offsets, and the body is not
+// scanned again. False when body is not the one r was indexed from (its
+// length, or the bytes at the offsets, differ); the caller then indexes it
+// anew.
+func (r Request) Rebind(body []byte) (Request, bool) {
+	o := r.Body
+	if o.src != nil || o.srcLen == 0 || len(body) != o.srcLen || o.close >= len(body) || o.checksum(body, len(o.members), true) != o.sum {
+		return Request{}, false
+	}
+	o.src = body
+	o.members = slices.Clone(o.members)
+	for i := range o.members {
+		m := &o.members[i]
+		m.key = decodeKey(body[m.start:m.keyEnd])
+	}
+	r.Body = o
+	return r, true
 }
 
 // Direct is the edit that turns the client's body into the one a decoder

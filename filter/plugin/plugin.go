@@ -67,6 +67,10 @@ type rootContext struct {
 	// them (agents send theirs with every request); at most
 	// toolCacheBytes.
 	tools *tokenest.Cache
+	// index is where the top-level members of the body being decided are,
+	// as the estimate found them (one callback at a time uses it; its
+	// slice keeps its room between requests)
+	index tokenest.Index
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.

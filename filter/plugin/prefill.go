@@ -145,7 +145,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 		s.onPrefillFailed(o, a)
 		return
 	}
-	req, ok := s.reread()
+	req, ok := s.rereadHead()
 	if !ok {
 		return
 	}
@@ -209,16 +209,38 @@ func (s *stream) prefillName() string {
 	return s.prefillEP.Name
 }
 
+// rereadHead is reread for the nixl and orchestrated decode edits, which
+// read only the body's first members (connector.Request.DecodeHead): only
+// those bytes come back into the VM, often none at all. It falls back to
+// reread.
+func (s *stream) rereadHead() (connector.Request, bool) {
+	var head []byte
+	if n := s.indexed.DecodeHead(); n > 0 && n < s.bodyLen {
+		var err error
+		if head, err = abi.GetHttpRequestBody(0, n); err != nil {
+			return s.reread()
+		}
+	}
+	if req, ok := s.indexed.RebindHead(head); ok {
+		return req, true
+	}
+	return s.reread()
+}
+
 // reread reads the paused request's body back from Envoy's buffer: the
 // stream does not keep it in the wasm heap while the prefill runs. It is the
-// body decideBody validated, so it is only indexed again.
+// body decideBody validated and indexed: its members are where they were
+// (Rebind), unless something changed it, when it is indexed again.
 func (s *stream) reread() (connector.Request, bool) {
 	body, err := abi.GetHttpRequestBody(0, s.bodyLen)
 	if err != nil {
 		s.fail(apierr.Internal, "re-read request body: "+err.Error())
 		return connector.Request{}, false
 	}
-	return s.index(body)
+	if req, ok := s.indexed.Rebind(body); ok {
+		return req, true // the offsets found before the prefill
+	}
+	return s.index(body, nil)
 }
 
 // refuse answers a request the decode engine would certainly refuse

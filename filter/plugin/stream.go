@@ -46,6 +46,8 @@ type stream struct {
 
 	// bodyLen is the request body's length in Envoy's buffer.
 	bodyLen int
+	// indexed is the body's index without its bytes (Detach), for reread.
+	indexed connector.Request
 	// tokens is the estimate (-1 when the body has no recognised prompt).
 	tokens int
 	reqID  string
@@ -211,7 +213,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	s.bodyLen = len(body)
 	s.tokens = -1
 	h0, m0, _ := s.r.tools.Stats()
-	est, err := s.r.tools.Estimate(body, s.api.Path(), s.r.method)
+	est, err := s.r.tools.EstimateNear(body, s.api.Path(), s.r.method, cfg.ThresholdTokens, &s.r.index)
 	h1, m1, _ := s.r.tools.Stats()
 	s.r.m.toolCache(h0, m0, h1, m1)
 	if errors.Is(err, tokenest.ErrNotJSON) {
@@ -222,7 +224,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 		s.tokens = est.Tokens
 		s.r.m.tokens.Record(uint64(est.Tokens))
 	}
-	req, ok := s.index(body)
+	req, ok := s.index(body, &s.r.index)
 	if !ok {
 		return types.ActionPause
 	}
@@ -318,14 +320,16 @@ func (s *stream) pickPrefill(body []byte) bool {
 	return true
 }
 
-// index indexes a body tokenest.Estimate has validated (it returned
-// anything but ErrNotJSON), answering 400 for what is still wrong with it.
-func (s *stream) index(body []byte) (connector.Request, bool) {
-	req, err := connector.NewValidatedRequest(s.api, body)
+// index indexes a body tokenest has validated (it returned anything but
+// ErrNotJSON) from x, the index the estimate made of it (nil: scan the
+// body), answering 400 for what is still wrong with it.
+func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool) {
+	req, err := connector.NewIndexedRequest(s.api, body, x)
 	if err != nil {
 		s.fail(apierr.MalformedJSON, err.Error())
 		return connector.Request{}, false
 	}
+	s.indexed = req.Detach()
 	return req, true
 }
 

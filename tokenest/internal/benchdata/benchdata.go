@@ -1,5 +1,5 @@
 // Package benchdata builds the request bodies that tokenest's benchmarks
-// and its instruction counts (tokinstr) measure, from the checked-in
+// measure, natively and in wasm (e2e/wasmbench), from the checked-in
 // samples, so that both read the same bytes.
 package benchdata
 

@@ -3,12 +3,10 @@ package jsonraw
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/pdroute/pdroute/tokenest/internal/simd"
 	"github.com/tidwall/gjson"
 )
 
@@ -169,16 +167,12 @@ func FuzzCountString(f *testing.F) {
 		if e, c := CountString(append(quoted[:len(quoted):len(quoted)], `,"k":1}`...), 0); end >= 0 && (e != end || c != n) {
 			t.Fatalf("CountString(%q) = %d, %d, followed by more: %d, %d", quoted, end, n, e, c)
 		}
-		// The 64-byte blocks: the input after a stretch of plain text
-		// and repeated, with the kernel and without.
+		// The input after a stretch of plain text and repeated.
 		long := append(bytes.Repeat([]byte("x"), 61), bytes.Repeat(b, 3)...)
 		quoted = append(append([]byte{'"'}, long...), '"')
 		end, n = CountString(quoted, 0)
-		prev := simd.Force(false)
-		end2, n2 := CountString(quoted, 0)
-		simd.Force(prev)
-		if end != end2 || n != n2 {
-			t.Fatalf("CountString(%q) = %d, %d with the kernel, %d, %d without", quoted, end, n, end2, n2)
+		if skip := SkipString(quoted, 0); skip != end {
+			t.Fatalf("SkipString(%q) = %d, CountString %d", quoted, skip, end)
 		}
 		if valid := json.Unmarshal(quoted, &s) == nil; valid != (end == len(quoted)) {
 			t.Fatalf("CountString(%q) ends at %d of %d; encoding/json valid: %v", quoted, end, len(quoted), valid)
@@ -225,20 +219,17 @@ func TestWordMasks(t *testing.T) {
 
 // TestCountStringAlignments puts every kind of escape, and a closing quote,
 // at every offset of the eight-byte words and 64-byte blocks CountString
-// reads, after runs of backslashes of both parities, with and without the
-// vector kernel.
+// reads, after runs of backslashes of both parities.
 func TestCountStringAlignments(t *testing.T) {
 	pieces := []string{`\\`, `\"`, `\n`, `\/`, `\u00e9`, `\ud83d\ude00`, `\ud83d`, `\\\"`, `\\\\`, "é", "日", `\x`, "\x01", `\u12x4`,
 		`\ud83d\ud83d\ude00`, `\ude00`, `\uD83D\uDE00`, `\ud83d\u0041`, `\ud83dx`, `\ud83d\`, `\u4f60\u597d\u4e16\u754c\u4f60\u597d\u4e16\u754c\u4f60\u597d\u4e16\u754c`}
-	eachPath(t, func(t *testing.T) {
-		for pad := range 140 {
-			for _, p := range pieces {
-				for _, tail := range []string{"", "z", "0123456789abcdef", strings.Repeat(`ab\n`, 40)} {
-					checkCount(t, strings.Repeat("a", pad)+p+tail)
-				}
+	for pad := range 140 {
+		for _, p := range pieces {
+			for _, tail := range []string{"", "z", "0123456789abcdef", strings.Repeat(`ab\n`, 40)} {
+				checkCount(t, strings.Repeat("a", pad)+p+tail)
 			}
 		}
-	})
+	}
 }
 
 // checkCount checks CountString on the JSON string of raw against
@@ -247,6 +238,9 @@ func checkCount(t *testing.T, raw string) {
 	t.Helper()
 	quoted := []byte(`"` + raw + `"`)
 	end, n := CountString(quoted, 0)
+	if e := SkipString(quoted, 0); e != end {
+		t.Fatalf("SkipString(%q) = %d, CountString's end %d", quoted, e, end)
+	}
 	var s string
 	if err := json.Unmarshal(quoted, &s); err != nil {
 		if end != -1 {
@@ -256,16 +250,6 @@ func checkCount(t *testing.T, raw string) {
 	}
 	if end != len(quoted) || n != utf8.RuneCountInString(s) {
 		t.Fatalf("CountString(%q) = %d, %d; want %d, %d", quoted, end, n, len(quoted), utf8.RuneCountInString(s))
-	}
-}
-
-// eachPath runs f with the vector kernels (where the machine has them)
-// and without.
-func eachPath(t *testing.T, f func(t *testing.T)) {
-	t.Run("kernels="+strconv.FormatBool(simd.Available), f)
-	if simd.Available {
-		defer simd.Force(simd.Force(false))
-		t.Run("kernels=false", f)
 	}
 }
 

@@ -2,8 +2,6 @@ package jsonraw
 
 import (
 	"math/bits"
-
-	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects Valid and Skip
@@ -157,10 +155,72 @@ var escapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n
 func Escape(c byte) byte { return escapes[c] }
 
 // SkipString validates the JSON string at b[i] (b[i] == '"') and returns the
-// offset after its closing quote, or -1.
+// offset after its closing quote, or -1: CountString's end without the
+// count. Plain text goes two words at a time, and words with two-byte
+// escapes (code) are taken in place as CountString takes them; it reads
+// the whole of a long prompt that EstimateNear counts in part.
 func SkipString(b []byte, i int) int {
-	end, _ := CountString(b, i)
-	return end
+	if len(b)-i > 16 {
+		// A string of up to fifteen bytes (most keys and roles): its
+		// closing quote is the first stop of the two words after the
+		// opening one (as in CountString).
+		x := Word(b, i+1)
+		if stops(x) == 0 {
+			i += 8
+			x = Word(b, i+1)
+		}
+		if stops(x) != 0 {
+			k := bits.TrailingZeros64(stops(x)) >> 3
+			if b[i+1+k] == '"' {
+				return i + 2 + k
+			}
+		}
+	}
+	var carry uint64 // the previous word ended with an escaping backslash
+	for i++; ; {
+		for len(b)-i >= 8 {
+			if carry == 0 && len(b)-i >= 16 && stops(Word(b, i))|stops(Word(b, i+8)) == 0 {
+				i += 16
+				continue
+			}
+			x := Word(b, i)
+			if stops(x) == 0 && carry == 0 {
+				i += 8
+				continue
+			}
+			e := uint64(escapeTable[bitsOf(equal(x, '\\'))|carry<<8])
+			escaped := e & 0xFF
+			if bitsOf(equal(x, '"')|below(x, 0x20))&^escaped != 0 || !twoByteEscapes(x, escaped) {
+				i -= int(carry) // byte by byte, from the escaping backslash
+				carry = 0
+				break
+			}
+			carry = e >> 8
+			i += 8
+		}
+		if carry != 0 { // fewer than 8 bytes left after an escaping backslash
+			i--
+			carry = 0
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++
+		}
+		if i >= len(b) || b[i] < 0x20 {
+			return -1
+		}
+		if b[i] == '"' {
+			return i + 1
+		}
+		if i+1 < len(b) && escapes[b[i+1]] != 0 {
+			i += 2
+			continue
+		}
+		_, w := DecodeEscape(b[i:])
+		if w == 0 {
+			return -1
+		}
+		i += w
+	}
 }
 
 // CountString validates the JSON string at b[i] (b[i] == '"') and counts
@@ -170,10 +230,7 @@ func SkipString(b []byte, i int) int {
 // the offset after the closing quote and the count, or -1 when the string
 // is not valid JSON.
 //
-// Where the vector kernel is available (simd.Available), countBlocks reads
-// 64 bytes at a time first and the word loop below takes over only around
-// what the blocks leave (see countBlocks), for at most 64 bytes. The word
-// loop reads eight bytes at a time. A word without quotes, backslashes or
+// The word loop reads eight bytes at a time. A word without quotes, backslashes or
 // control characters is counted with one population count; a word with
 // two-byte escapes (\n, \", \\, …, frequent in code) is counted in place
 // too, its escaped bytes found with escapeTable, so only the closing
@@ -197,21 +254,8 @@ func CountString(b []byte, i int) (end, n int) {
 		}
 	}
 	var carry uint64 // the previous word ended with an escaping backslash
-outer:
 	for i++; ; {
-		lim := len(b) // where the words hand back to the blocks
-		if simd.Available {
-			if i, n, carry = countBlocks(b, i, n, carry); carry == 0 && i < len(b) && b[i] == '"' {
-				return i + 1, n // the closing quote (the blocks stop at no escaped one)
-			}
-			if len(b)-i >= 128 {
-				lim = i + 64
-			}
-		}
 		for len(b)-i >= 8 {
-			if i >= lim {
-				continue outer
-			}
 			x := Word(b, i)
 			if stops(x) == 0 && carry == 0 {
 				n += 8 - continuations(x)
@@ -259,94 +303,6 @@ outer:
 		}
 		i += w
 	}
-}
-
-// countBlocks is CountString's reader of 64-byte blocks, for machines
-// with the vector kernels (simd.Available): from b[i] (the first byte
-// escaped when carry is 1) it counts characters as the word loop does, 64
-// bytes at a time, up to the first quote or control byte that is not
-// escaped, or the first escape that is malformed or goes on into the next
-// block, and returns the offset of that byte or of the escape's backslash,
-// the count and the carry there. simd.StringBlocks (StringBlocks512 where
-// the CPU has AVX-512) counts the blocks of plain text and two-byte
-// escapes; the loop below reads the block it stops at: one that ends the
-// string, or holds a \u escape (six bytes and one character, a surrogate
-// pair twelve and one, see DecodeEscape) or an error.
-func countBlocks(b []byte, i, n int, carry uint64) (int, int, uint64) {
-	for len(b)-i >= 64 {
-		var done, chars int
-		var next, stop, bslash, cont uint64
-		if simd.Available512 {
-			done, chars, next, stop, bslash, cont = simd.StringBlocks512(&b[i], len(b)-i, carry)
-		} else {
-			done, chars, next, stop, bslash, cont = simd.StringBlocks(&b[i], len(b)-i, carry)
-		}
-		i, n, carry = i+done, n+chars, next
-		if len(b)-i < 64 {
-			break
-		}
-		p := (*[64]byte)(b[i:])
-		if bslash|carry == 0 { // no escapes: plain text up to the first stop
-			if stop == 0 {
-				n += 64 - bits.OnesCount64(cont)
-				i += 64
-				continue
-			}
-			end := bits.TrailingZeros64(stop)
-			return i + end, n + end - bits.OnesCount64(cont&(1<<end-1)), 0
-		}
-		// A backslash escaped from the last block escapes nothing.
-		escaped, out := EscapedBytes(bslash &^ carry)
-		escaped |= carry
-		end := 64 // where the counted part of the block ends
-		if s := stop &^ escaped; s != 0 {
-			end = bits.TrailingZeros64(s)
-		}
-		extra := 0 // bytes of \u escapes that the count takes for characters
-		// DecodeEscape's rules, inlined: calling it here ran \u-escaped
-		// text 36 % slower (BenchmarkEstimateEscaped, interleaved).
-		for x := escaped & (1<<end - 1); x != 0; x &= x - 1 {
-			k := bits.TrailingZeros64(x) & 63
-			if escapes[p[k]] != 0 {
-				continue
-			}
-			ok := p[k] == 'u' && k <= 59
-			var r rune
-			if ok {
-				r, ok = Hex4(p[k+1 : k+5])
-			}
-			if ok && r >= 0xD800 && r < 0xDC00 {
-				// a high surrogate: the low one must be in the block
-				// to tell a pair (one character) from a lone one
-				if ok = k <= 53; ok && p[k+5] == '\\' && p[k+6] == 'u' {
-					if lo, isHex := Hex4(p[k+7 : k+11]); isHex && lo >= 0xDC00 && lo < 0xE000 {
-						extra++
-					}
-				}
-			}
-			if !ok {
-				end = k - 1 // the word loop reads the escape, from its backslash
-				break
-			}
-			extra += 4
-		}
-		if end < 64 {
-			// The part before end, without the escapes after it; at
-			// -1 the backslash that the last block counted.
-			m := uint64(1)<<(end&63) - 1
-			if end < 0 {
-				m = 0
-			}
-			return i + end, n + end - bits.OnesCount64(cont&m) - bits.OnesCount64(escaped&m) - extra, 0
-		}
-		n += 64 - bits.OnesCount64(cont) - bits.OnesCount64(escaped) - extra
-		carry = 0
-		if out {
-			carry = 1
-		}
-		i += 64
-	}
-	return i, n, carry
 }
 
 // EscapedBytes marks the bytes that a backslash escapes, given the

@@ -4,7 +4,6 @@ import (
 	"math/bits"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
-	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // The block reader. Between pieces, where the replay is idle, blocks reads
@@ -99,33 +98,7 @@ type classes struct {
 
 	punct  uint64 // every other character (cOther)
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
-
-	// keep marks the raw bytes that compress kept, when it compacted the
-	// bitmaps (a character's place among them is its place in the
-	// bitmaps), and is 0 when unescape's loop did (see functionWords)
-	keep uint64
-
-	m simd.Masks // the AVX-512 kernel's output (classifyMasks), kept here so that no call zeroes it
-
-	// planes tells classify, where the AVX-512 kernel is available, to
-	// take the bit-plane path for the next block: the last block needed
-	// the bit planes (for the letters of the alphabets or of Devanagari
-	// and Thai, which the kernel's masks do not tell), and the next one
-	// in the same text most likely will too, so that running the kernel
-	// as well would be wasted. Either path sets the same bitmaps
-	// (TestClassifyPaths); the bit-plane path clears it at the first
-	// block that would not have needed them.
-	planes bool
 }
-
-// The runs of classes' words that compress compacts, from letter: those of
-// every window, then also those of multi-byte characters, then also those
-// of two-byte characters, Thai and Brahmic.
-const (
-	compactASCII = 10
-	compactMulti = compactASCII + 6
-	compactAll   = compactMulti + 9
-)
 
 // planes turns the first 64 bytes of b into eight bit planes: plane j
 // holds bit j of every byte (bit k of the plane: byte k). Two
@@ -134,13 +107,6 @@ const (
 // compiler keeps them in registers.
 func planes(b []byte) (b0, b1, b2, b3, b4, b5, b6, b7 uint64) {
 	b = b[:64]
-	if simd.Available {
-		// The same planes from the vector kernel (amd64 with AVX2):
-		// a fifth of the Go transpose's instructions.
-		var p [8]uint64
-		simd.Planes((*[64]byte)(b), &p)
-		return p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
-	}
 	// The three byte stages commute; interleaving them with the bit
 	// transposes keeps fewer values live at once.
 	b0, b1 = swapBytes(transposeBits(jsonraw.Word(b, 0)), transposeBits(jsonraw.Word(b, 8)), 8, 0x00FF00FF00FF00FF)
@@ -184,12 +150,6 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 // the closing quote, a control byte or a \u or malformed escape (see
 // unescape).
 func (c *classes) classify(b []byte, avail int, json bool) int {
-	if simd.Available512 {
-		if !c.planes {
-			return c.classifyMasks(b, avail, json)
-		}
-		c.planes = false
-	}
 	b0, b1, b2, b3, b4, b5, b6, b7 := planes(b)
 	ascii := ^b7
 	// letters: 0x41–0x5A and 0x61–0x7A, the low five bits in 1..26
@@ -226,9 +186,6 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 		cont := b7 &^ b6
 		var known uint64
 		if lead2 := b7 & b6 &^ b5 & (cont >> 1); lead2 != 0 {
-			if simd.Available512 {
-				c.planes = bits.OnesCount64(lead2) > 4 // as classifyMasks decides
-			}
 			var cyr, greek, arab, hebrew uint64
 			if lead2&(b4|b3) != 0 { // 0xC8–0xDF
 				cyr = lead2 & b4 &^ (b3 | b2 | b1)
@@ -253,7 +210,6 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 				if e3 := other &^ (b3 | b2) & b1 & b0; bits.OnesCount64(e3) > 3 {
 					kinds[kindKana] = kanaLeads(e3, b0, b1, b2, b3, b4, b5) // lead bytes 0xE3 but Han
 				} else if e0 := other &^ (b3 | b2 | b1 | b0); bits.OnesCount64(e0) > 3 {
-					c.planes = simd.Available512
 					kinds[kindIndic], kinds[kindThai], kinds[kindPunct] = brahmicLeads(e0, b0, b1, b2, b3, b4, b5)
 				}
 			}
@@ -286,83 +242,11 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	return c.unescape(b, trouble, escaped, newlines, blanks, tabs, puncts)
 }
 
-// classifyMasks is classify from the masks of the AVX-512 kernel
-// (simd.Classify) instead of bit planes; TestClassifyPaths checks that
-// both set the same bitmaps.
-func (c *classes) classifyMasks(b []byte, avail int, json bool) int {
-	m := &c.m
-	simd.Classify((*[windowLen]byte)(b), m)
-	c.letter, c.upper, c.digit = m.Letter, m.Upper, m.Digit
-	c.newline, c.blank, c.tab, c.space = m.Newline, m.Blank, m.Tab, m.Space
-	c.reset()
-	var trouble uint64
-	if avail < 64 {
-		trouble = ^uint64(0) << avail
-	}
-	if m.High != 0 {
-		lead := m.Lead & (m.Cont >> 1) & (m.Cont >> 2)
-		kinds := [numKinds]uint64{kindHan: lead & m.Han, kindKana: lead & m.Kana, kindHangul: lead & m.Hangul}
-		// lead bytes of two bytes (0xC0–0xDF) and of four (0xF0–0xFF,
-		// of kind2None in twoBytes' table), and, where there are more
-		// than four of them, the letters of the alphabets that classify
-		// takes from the bit planes, which the masks do not tell; and,
-		// where there are more than three three-byte characters that
-		// are neither Han, kana nor Hangul, the Devanagari and Thai
-		// characters that it takes from the planes too: the planes then
-		// cost less than looking them up (looking them up, this path
-		// takes 1.3–1.6 times as long as the bit-plane one on Greek,
-		// Arabic and Hebrew text)
-		lead2 := m.High &^ m.Cont &^ m.Lead & (m.Cont >> 1)
-		other := lead &^ (kinds[kindHan] | kinds[kindKana] | kinds[kindHangul])
-		var cyr, greek, arab, hebrew uint64
-		if many2, many3 := bits.OnesCount64(lead2) > 4, bits.OnesCount64(other) > 3; many2 || many3 {
-			c.planes = true // and for the next block the bit-plane path alone (see classes.planes)
-			var p [8]uint64
-			simd.Planes((*[64]byte)(b[:64]), &p)
-			if many2 {
-				two := lead2 &^ p[5] // the lead bytes of two-byte characters
-				cyr = two & p[4] &^ (p[3] | p[2] | p[1])
-				if two&(p[4]|p[3]&p[2]&p[1]) != cyr {
-					greek, arab, hebrew = alphabets(two, p[0], p[1], p[2], p[3], p[4], p[5])
-				}
-			}
-			if many3 {
-				e0 := other &^ (p[3] | p[2] | p[1] | p[0]) // lead bytes 0xE0
-				kinds[kindIndic], kinds[kindThai], kinds[kindPunct] = brahmicLeads(e0, p[0], p[1], p[2], p[3], p[4], p[5])
-			}
-		}
-		var known uint64
-		if lead != 0 {
-			known = c.multibyte((*[windowLen]byte)(b), lead, &kinds)
-		}
-		if lead2 != 0 {
-			known |= c.twoBytes((*[windowLen]byte)(b), lead2, cyr, greek, arab, hebrew)
-		}
-		trouble |= m.High &^ known
-	}
-	if !json {
-		return bits.TrailingZeros64(trouble)
-	}
-	c.quotes = m.Quote
-	trouble |= m.Ctrl | m.Quote
-	if m.Backslash&(trouble&-trouble-1) == 0 {
-		return bits.TrailingZeros64(trouble)
-	}
-	escaped, carry := jsonraw.EscapedBytes(m.Backslash)
-	if carry {
-		trouble |= 1 << 63 // the escaped byte is in the next window
-	}
-	blanks := escaped & m.TF
-	puncts := escaped & (m.B | m.Quote | m.Backslash | m.Slash)
-	return c.unescape(b, trouble, escaped, escaped&m.NR, blanks, blanks&m.T, puncts)
-}
-
 // hangulLeads returns the first bytes of the Hangul syllables (U+AC00–U+D77F)
 // among the three-byte characters that start at lead, from the bit planes
 // b0–b5 of their bytes: lead bytes 0xEB and 0xEC, 0xEA with a second byte ≥
 // 0xB0, 0xED with a second byte < 0x9E (U+D780–U+D7A3 are left to kind3).
-// The bit-plane path takes it where a block has a lead byte of 0xEA–0xED
-// (the AVX-512 path has the same test in its kernel: simd.Masks.Hangul).
+// classify takes it where a block has a lead byte of 0xEA–0xED.
 func hangulLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 	eaeb := b3 &^ b2 & b1 // 0xEA, 0xEB
 	eced := b3 & b2 &^ b1 // 0xEC, 0xED
@@ -378,12 +262,11 @@ func hangulLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 // make kana letters: U+3040 (0x81 0x80, unassigned), U+3097–U+309C (0x82
 // 0x97–0x9C: unassigned, combining marks, their spacing forms), U+30A0
 // (0x82 0xA0, a double hyphen) and U+30FB (0x83 0xBB, the katakana middle
-// dot); those are looked up (kind3). The bit-plane path takes it where a
-// block has more than three characters of the lead byte 0xE3 that are not
-// Han (Japanese text, whose kana would otherwise be looked up one by one),
-// so that Chinese text, whose 0xE3 characters are a few punctuation marks,
-// and Thai and Brahmic text (lead byte 0xE0) seldom pay for it (the
-// AVX-512 path has the same test in its kernel: simd.Masks.Kana).
+// dot); those are looked up (kind3). classify takes it where a block has
+// more than three characters of the lead byte 0xE3 that are not Han
+// (Japanese text, whose kana would otherwise be looked up one by one), so
+// that Chinese text, whose 0xE3 characters are a few punctuation marks, and
+// Thai and Brahmic text (lead byte 0xE0) seldom pay for it.
 func kanaLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 	// the second byte's low bits, then the third's
 	s0, s1 := b0>>1, b1>>1
@@ -422,14 +305,11 @@ func kanaLeads(lead, b0, b1, b2, b3, b4, b5 uint64) uint64 {
 //     and U+0E5B, nor U+0E5C–U+0E7F (unassigned).
 //
 // Each script's terms are computed only where e0 has its second bytes; the
-// other Brahmic scripts (U+0980–U+0DFF) and Lao are looked up. The
-// bit-plane path takes it where a block has more than three characters of
-// the lead byte 0xE0 (Hindi and Thai text, whose characters would otherwise
-// be looked up one by one) and does not take kanaLeads (a block seldom has
-// both), so that CJK text, which has few or none, does not pay for it; the
-// AVX-512 path, whose masks do not tell the lead bytes 0xE0–0xEF apart,
-// where a block has more than three three-byte characters that are neither
-// Han, kana nor Hangul, and then takes the planes for it.
+// other Brahmic scripts (U+0980–U+0DFF) and Lao are looked up. classify
+// takes it where a block has more than three characters of the lead byte
+// 0xE0 (Hindi and Thai text, whose characters would otherwise be looked up
+// one by one) and does not take kanaLeads (a block seldom has both), so
+// that CJK text, which has few or none, does not pay for it.
 func brahmicLeads(e0, b0, b1, b2, b3, b4, b5 uint64) (indic, thai, marks uint64) {
 	// s0–s5: the planes of the second bytes, t0–t5 of the third, under
 	// their lead bytes
@@ -726,16 +606,6 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 	letter, upper, digit := c.letter&^escaped, c.upper, c.digit
 	blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
 	space = c.space
-	if simd.AvailablePEXT {
-		wheads = wide >> 5 & (1<<stop - 1)
-		if drop := heads | wheads; drop&(drop-1) != 0 {
-			c.letter, c.upper, c.digit = letter&^wide, upper&^wide, digit&^wide
-			c.blank, c.tab, c.newline = blank, tab, newline
-			c.escaped, c.doubled, c.wide = tails|wide, doubled, wide
-			return c.compress(heads, wheads, stop)
-		}
-	}
-	c.keep = 0
 	if wide == 0 {
 		for h := heads; h != 0; {
 			q := 63 - bits.LeadingZeros64(h)
@@ -805,33 +675,11 @@ func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, p
 	return stop - bits.OnesCount64(heads)
 }
 
-// compress is unescape's compaction by PEXT (simd.Compress), for windows
-// with two escapes or more to drop (a loop per escape costs ~45
-// instructions, PEXT one per bitmap): it drops the backslashes of heads and
-// the five bytes from each backslash of wheads from the bitmaps, in place
-// (unescape has set those of every window), and returns the number of
-// characters before the stop, the raw byte stop.
-func (c *classes) compress(heads, wheads uint64, stop int) int {
-	keep := ^(heads | wheads*0x1F) // wheads are six bytes apart or more: no carries
-	c.keep = keep
-	n := compactASCII
-	if c.cont != 0 {
-		n = compactMulti
-		if c.lead2|c.thai|c.indic != 0 {
-			n = compactAll
-		}
-	}
-	simd.Compress(&c.letter, n, keep) // the first n words from letter (see classes)
-	return stop - 4*bits.OnesCount64(wheads) - bits.OnesCount64(heads|wheads)
-}
-
 // compactTwo drops the bytes of escapes from the bitmaps of two-byte
 // characters, and of Thai and Brahmic letters, as unescape does from the
 // others: one byte before each bit of heads, five before those of wheads.
-// (Without PEXT: wasm, purego. Its loop repeats unescape's for other
-// bitmaps, so that each loop keeps its bitmaps in registers; one function
-// for all the multi-byte bitmaps, called from unescape, cost Chinese
-// prompts ~1 % more instructions, measured before PEXT.)
+// (Its loop repeats unescape's for other bitmaps, so that each loop keeps
+// its bitmaps in registers.)
 func (c *classes) compactTwo(heads, wheads uint64) {
 	lead2, latin2, lower2 := c.lead2, c.latin2, c.lower2
 	cyr, greek, arab, hebrew := c.cyr, c.greek, c.arab, c.hebrew
@@ -1309,8 +1157,6 @@ func (c *Counter) functionWords(b []byte, starts, short, e3, e4 uint64, cl *clas
 	first := starts & (short>>1 | short>>2 | short&e4>>3)
 	switch escaped, wide := cl.escaped, cl.wide; {
 	case escaped == 0:
-	case cl.keep != 0:
-		first = simd.Deposit(first, cl.keep)
 	case wide == 0:
 		for x := escaped; x != 0; {
 			j := 63 - bits.LeadingZeros64(x)

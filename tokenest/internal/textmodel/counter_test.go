@@ -12,10 +12,8 @@ import (
 	"testing"
 	"unicode/utf16"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
-	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // pieces splits text with the replay.
@@ -548,24 +546,6 @@ func jsonEscape(r rune, form int) string {
 // character it models (see multibyte) as classify does: Han found from the
 // bit planes, the others by kind3.
 func TestKinds(t *testing.T) {
-	bothPaths(t, kinds3)
-}
-
-// bothPaths runs check with the bit planes' classification, and with the
-// AVX-512 kernel's where there is one.
-func bothPaths(t *testing.T, check func(*testing.T)) {
-	for _, on := range []bool{false, true} {
-		if on && !simd.Available512 {
-			continue
-		}
-		func() {
-			defer simd.Force512(simd.Force512(on)) // also after a failure, for the tests after it
-			check(t)
-		}()
-	}
-}
-
-func kinds3(t *testing.T) {
 	want := map[uint8]func(cls, script uint8) bool{
 		kindPunct:  func(cls, _ uint8) bool { return cls == cOther },
 		kindSpace:  func(cls, _ uint8) bool { return cls == cSpace },
@@ -632,7 +612,7 @@ func kinds3(t *testing.T) {
 }
 
 // TestLeadsFromPlanes checks that the bit-plane tests of hangulLeads and
-// kanaLeads, and the AVX-512 kernel's (simd.Masks.Hangul and Kana), settle
+// kanaLeads settle
 // exactly the characters they are meant to: every Hangul syllable of
 // U+AC00–U+D77F and every kana letter of U+3040–U+30FF, and no other
 // three-byte character (TestKinds checks the kinds they give; this, that
@@ -656,16 +636,6 @@ func TestLeadsFromPlanes(t *testing.T) {
 			if got := kanaLeads(lead, b0, b1, b2, b3, b4, b5) != 0; got != wantKana {
 				t.Fatalf("%U at %d: kanaLeads %v, want %v", r, at, got, wantKana)
 			}
-			if simd.Available512 {
-				var m simd.Masks
-				simd.Classify((*[windowLen]byte)(append(window[:64:64], make([]byte, windowLen-64)...)), &m)
-				if got := m.Hangul&lead != 0; got != wantHangul {
-					t.Fatalf("%U at %d: the kernel's Hangul %v, want %v", r, at, got, wantHangul)
-				}
-				if got := m.Kana&lead != 0; got != wantKana {
-					t.Fatalf("%U at %d: the kernel's Kana %v, want %v", r, at, got, wantKana)
-				}
-			}
 		}
 	}
 }
@@ -676,9 +646,8 @@ func TestLeadsFromPlanes(t *testing.T) {
 // characters of the ranges its comment lists, each as the kind kind3 gives
 // it, among all three-byte sequences (every lead byte 0xE0–0xEF and two
 // continuation bytes, overlong forms and surrogates included); and a
-// window of one sequence with the lead byte 0xE0 many times over (enough
-// for both classification paths to take the planes), at each offset of
-// its character, must be read as kind3 says on both paths.
+// window of one sequence with the lead byte 0xE0 many times over, at each
+// offset of its character, must be read as kind3 says.
 func TestBrahmicLeads(t *testing.T) {
 	settled := [][2]int{{0x0900, 0x0965}, {0x0970, 0x097F}, {0x0E01, 0x0E3A}, {0x0E40, 0x0E4F}}
 	window := make([]byte, windowLen)
@@ -718,7 +687,7 @@ func TestBrahmicLeads(t *testing.T) {
 			}
 		}
 	}
-	bothPaths(t, func(t *testing.T) {
+	func() {
 		three := func(x uint64) uint64 { return x | x<<1 | x<<2 }
 		for second := 0x80; second <= 0xBF; second++ {
 			for third := 0x80; third <= 0xBF; third++ {
@@ -756,7 +725,7 @@ func TestBrahmicLeads(t *testing.T) {
 				}
 			}
 		}
-	})
+	}()
 }
 
 // TestKinds2 checks that the block reader classifies every two-byte
@@ -764,7 +733,7 @@ func TestBrahmicLeads(t *testing.T) {
 // Latin letters (by case), the letters of the alphabets counted by length,
 // punctuation and white space are read, anything else stops the block.
 func TestKinds2(t *testing.T) {
-	bothPaths(t, kinds2)
+	kinds2(t)
 }
 
 func kinds2(t *testing.T) {
@@ -830,9 +799,8 @@ func b2u(b bool) uint64 {
 // TestAlphabets checks the letters that the block reader takes from the
 // bit planes instead of kind2Of. alphabets must mark only letters of its
 // alphabet, and as many as its comment lists; and a window of one two-byte
-// character many times over (enough for the AVX-512 path to take the
-// planes too), at an even and an odd offset, must be read as kind2Of says
-// on both classification paths.
+// character many times over, at an even and an odd offset, must be read
+// as kind2Of says.
 func TestAlphabets(t *testing.T) {
 	window := make([]byte, windowLen)
 	var counts [3]int
@@ -859,7 +827,7 @@ func TestAlphabets(t *testing.T) {
 	if want := [...]int{47 + 48, 32 + 11 + 15 + 64 + 20, 27}; counts != want {
 		t.Errorf("alphabets marks %v characters (Greek, Arabic, Hebrew), want %v", counts, want)
 	}
-	bothPaths(t, func(t *testing.T) {
+	func() {
 		for r := rune(0x80); r < 0x800; r++ {
 			enc := utf8.AppendRune(nil, r)
 			want := kind2Of[r]
@@ -893,7 +861,7 @@ func TestAlphabets(t *testing.T) {
 				}
 			}
 		}
-	})
+	}()
 }
 
 // TestEscapedKinds checks that the block reader reads the \u escape of
@@ -969,98 +937,6 @@ func TestPlanes(t *testing.T) {
 	}
 }
 
-// TestClassifyPaths checks that the AVX-512 kernel's masks (classifyMasks)
-// and the bit planes give classify the same bitmaps and the same
-// readable length, on random windows of the bytes the bitmaps tell apart,
-// in and out of JSON strings, with every number of bytes left.
-func TestClassifyPaths(t *testing.T) {
-	if !simd.Available512 {
-		t.Skip("no AVX-512 kernel on this machine or build")
-	}
-	pieces := []string{"a", "e", "Z", "0", "9", " ", "\t", "\n", "\r", "\v", "\f", "\x00", "\x1f", ".", "/", `"`, `\`,
-		`\n`, `\r`, `\t`, `\f`, `\b`, `\"`, `\\`, `\/`, `\u00e9`, `\x`, "中", "䷀", "㐀", "\xe3\x8f\xbf", "の", "한", "，", "\u3000", "—",
-		"é", "Ж", "😀", "\xe4\xb8", "\xff", "\x80", "\xe0\x80\x80", "\xed\xa0\x80",
-		"ü", "Ü", "ß", "«", "\u00a0", "µ", "\u0301", "ё", "ѣ", "҂", "α", "Ω", "ب", "א", "Ա", "٣", "\xd0", "\xc0\x80", "\xf0\x90", "\xf1\x80\x80\x80",
-		"ΐ", "\u03a2", "ϯ", "ϰ", "ـ", "\u064b", "پ", "ۓ", "۔", "ת", "װ", "\u05c7", "\xf7\x90", "\xf9\xa0",
-		"न", "्", "।", "१", "ก", "ี", "ກ", "ა", "\xe0\xa4",
-		"\u0900", "ऽ", "ॐ", "\u0958", "॥", "९", "॰", "ॿ", "\u0e00", "ำ", "\u0e3b", "฿", "ๆ", "๏", "๙", "๚", "\u0e5c", "\xe0\x84\x80", "ཀ", "ᤁ", "ḁ"}
-	rng := rand.New(rand.NewPCG(7, 8))
-	window := make([]byte, windowLen)
-	for range 200000 {
-		avail := randomWindow(rng, pieces, window)
-		for _, json := range []bool{false, true} {
-			var fast, slow classes
-			n := fast.classify(window, avail, json)
-			prev := simd.Force512(false)
-			m := slow.classify(window, avail, json)
-			simd.Force512(prev)
-			fast.m = simd.Masks{}                   // the kernel's own output
-			fast.planes, slow.planes = false, false // which path the next block takes
-			if n != m || fast != slow {
-				t.Fatalf("json=%v avail=%d % x:\nAVX-512 %d %+v\nplanes  %d %+v", json, avail, window, n, fast, m, slow)
-			}
-		}
-	}
-}
-
-// TestClassesLayout checks that the bitmaps compress compacts in place
-// are one run of words, in its order.
-func TestClassesLayout(t *testing.T) {
-	var c classes
-	run := []*uint64{&c.letter, &c.upper, &c.digit, &c.space, &c.blank, &c.tab, &c.newline, &c.escaped, &c.doubled, &c.wide,
-		&c.han, &c.kana, &c.hangul, &c.uni, &c.cont, &c.multi,
-		&c.lead2, &c.latin2, &c.lower2, &c.cyr, &c.greek, &c.arab, &c.hebrew, &c.thai, &c.indic}
-	if len(run) != compactAll {
-		t.Fatalf("%d bitmaps, compactAll is %d", len(run), compactAll)
-	}
-	for i, f := range run {
-		if off := uintptr(unsafe.Pointer(f)) - uintptr(unsafe.Pointer(&c.letter)); off != uintptr(8*i) {
-			t.Errorf("bitmap %d at offset %d from letter, want %d", i, off, 8*i)
-		}
-	}
-}
-
-// TestCompactionPaths checks that unescape's compaction by PEXT
-// (simd.Compress) and its loop give classify the same bitmaps and the same
-// readable length, on random windows of escapes, ASCII and multi-byte
-// characters.
-func TestCompactionPaths(t *testing.T) {
-	if !simd.AvailablePEXT {
-		t.Skip("no PEXT kernel on this machine or build")
-	}
-	pieces := []string{"a", "Z", "0", " ", "\n", ".", `\n`, `\t`, `\"`, `\\`, `\/`, `\b`, `\u003c`, `\u001B`, `\u00e9`,
-		"中", "の", "한", "，", "é", "Ж", "α", "ب", "\u00a0", "«", "न", "्", "ก"}
-	rng := rand.New(rand.NewPCG(9, 10))
-	window := make([]byte, windowLen)
-	for range 100000 {
-		avail := randomWindow(rng, pieces, window)
-		var pext, loop classes
-		n := pext.classify(window, avail, true)
-		prev := simd.ForcePEXT(false)
-		m := loop.classify(window, avail, true)
-		simd.ForcePEXT(prev)
-		pext.keep = 0 // which bytes PEXT kept: the loop leaves it 0 (see functionWords)
-		if n != m || pext != loop {
-			t.Fatalf("avail=%d %q:\nPEXT %d %+v\nloop %d %+v", avail, window, n, pext, m, loop)
-		}
-	}
-}
-
-// randomWindow fills window (windowLen bytes) with pieces drawn at random
-// and returns how many of its bytes a test is to leave to the reader: all
-// of them, or in one window in four a random number.
-func randomWindow(rng *rand.Rand, pieces []string, window []byte) (avail int) {
-	w := window[:0]
-	for len(w) < windowLen {
-		w = append(w, pieces[rng.IntN(len(pieces))]...)
-	}
-	copy(window, w[:windowLen])
-	if rng.IntN(4) == 0 {
-		return rng.IntN(windowLen)
-	}
-	return windowLen
-}
-
 // decodedCounts scans the JSON string quoted with decoded allowed or not
 // and returns the offset JSONString returned and the counts.
 func decodedCounts(quoted []byte, decode bool) (int, [NumFeatures]uint32) {
@@ -1082,9 +958,8 @@ func decodedStrings() []string {
 		`a\u0041\u003c\"\\\/\b\f\n\r\t`, "\u00e9 raw \\u00e9 \xe4\xb8\\u4e2d\xad", `\u00e9\u12`, `\u00e9\x`, "\\u00e9\x01",
 		`\u0915\u093f\u0924\u093e\u092c`, `\u0e01\u0e34\u0e19`, `\uAC00\uD7A3\uFFFF\u0800\u07FF\u0080`,
 		`\u4e2d\u4E2D\u6587\u6587\u4e2d\ud83d\ude00\u4e2d\u6587\u4e2d\u07ff\u4e2d`, `\u0915\u093f\u0924\u093e\u092c\u0915\u093f\u0924\u093e`}
-	// runs of escapes of three-byte characters (decoded four at a time
-	// where the CPU has AVX2) of every length to ten, each ended in every
-	// way
+	// runs of escapes of three-byte characters (decoded in a loop of
+	// their own) of every length to ten, each ended in every way
 	for run := 1; run <= 10; run++ {
 		for _, end := range []string{"", "x", " ", `\n`, `\u00e9`, `\ud800`, `\ud83d\ude00`, `\u0800`, "\xe4\xb8\xad", `\u4e2`, `\u4e2g`} {
 			strs = append(strs, strings.Repeat(`\u4e2d`, run)+end+strings.Repeat(`\u6587`, 11-run))
@@ -1118,25 +993,19 @@ func FuzzDecodedMatchesEscaped(f *testing.F) {
 func checkDecoded(t *testing.T, b []byte) {
 	t.Helper()
 	// the string at the end of the body, unterminated or not, and with
-	// more of the body after it (the AVX2 decoding of escapes wants 28
-	// bytes ahead)
+	// more of the body after it
 	for _, after := range []string{"", `"`, `", "more": "of the body"}`} {
 		quoted := append(append([]byte{'"'}, b...), after...)
 		endS, featS := decodedCounts(quoted, false)
-		for _, kernels := range []bool{true, false} {
-			if kernels && !simd.Available {
-				continue
-			}
-			prev := simd.Force(kernels)
+		{
 			endD, featD := decodedCounts(quoted, true)
-			simd.Force(prev)
 			if endD != endS || endS >= 0 && featD != featS {
 				for i := range featD {
 					if featD[i] != featS[i] {
 						t.Errorf("%s: decoded %d, in place %d", FeatureName(i), featD[i], featS[i])
 					}
 				}
-				t.Fatalf("%q (kernels %v): decoded ends at %d, in place at %d", quoted, kernels, endD, endS)
+				t.Fatalf("%q: decoded ends at %d, in place at %d", quoted, endD, endS)
 			}
 		}
 	}

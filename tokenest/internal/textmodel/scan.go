@@ -6,7 +6,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
-	"github.com/pdroute/pdroute/tokenest/internal/simd"
 )
 
 // scan feeds s[i:] through the pre-tokenizer replay. In a JSON string body
@@ -158,8 +157,7 @@ const decodeBuf = 512
 // reader reads (\u-escaped Chinese ~135 instructions per character): the
 // counts are those of the string's text either way
 // (TestDecodedMatchesEscaped, FuzzDecodedMatchesEscaped). A run of escapes
-// of three-byte characters is decoded in a loop of its own (with AVX2, four
-// at a time by simd.Escapes3), and plain ASCII is copied eight bytes at a
+// of three-byte characters is decoded in a loop of its own, and plain ASCII is copied eight bytes at a
 // time, so that a string of ASCII with escaped quotes (a \u-escaped JSON
 // prompt) costs what scan's reading in place does. A buffer is scanned only
 // where no character is split: before an escape or a raw byte that is not a
@@ -196,12 +194,6 @@ func (c *Counter) decoded(s []byte, i int) int {
 				if ok && threeBytes(u) {
 					binary.LittleEndian.PutUint32(buf[n:], utf8Three(u))
 					n, i, pending = n+3, i+6, 0
-					if simd.Available && len(s)-i >= 28 {
-						// the rest of the run four at a time (the
-						// kernel reads 28 bytes a round)
-						r, w := simd.Escapes3(&s[i], len(s)-i, &buf[n], decodeBuf-n)
-						i, n = i+r, n+w
-					}
 					for len(s)-i >= 6 && n <= decodeBuf-8 {
 						e := s[i : i+6 : i+6]
 						v, ok := jsonraw.Hex4(e[2:])
