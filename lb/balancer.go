@@ -54,6 +54,12 @@ type Balancer struct {
 	// contention; owed says whether any is non-zero.
 	debt []uint32
 	owed bool
+
+	// dynamic: the endpoints change at run time (see NewDynamic); index i is a
+	// slot, cfg.Endpoints has one entry per slot (empty names are free or
+	// draining slots), and shared values of another width are widened rather
+	// than replaced.
+	dynamic bool
 }
 
 type poolKeys struct{ rotation, inflight, health, stats, qps string }
@@ -98,7 +104,11 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		b.nameHash[i] = mix64(h.Sum64())
 		b.all[i] = i
 	}
-	base := fmt.Sprintf("lb/%s/%016x/", pool, fp.Sum64())
+	b.setKeys(fmt.Sprintf("lb/%s/%016x/", pool, fp.Sum64()))
+	return b, nil
+}
+
+func (b *Balancer) setKeys(base string) {
 	b.keys = poolKeys{
 		rotation: base + "rotation",
 		inflight: base + "inflight",
@@ -106,7 +116,6 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		stats:    base + "stats",
 		qps:      base + "qps",
 	}
-	return b, nil
 }
 
 // Pick chooses an endpoint at time now. prefixKey is the request's prompt-prefix
@@ -262,10 +271,17 @@ func (b *Balancer) countInflight(l *Lease, decide func(inflightView) int) {
 
 // inflight returns cur as this pool's in-flight value, or a zero one.
 func (b *Balancer) inflight(cur []byte) inflightView {
-	if v, ok := parseInflight(cur); ok && v.len() == len(b.all) {
-		return v
+	v, ok := parseInflight(cur)
+	if ok && b.fits(v.len()) {
+		if v.len() == b.n() {
+			return v
+		}
+		b.buf = newInflight(b.buf, b.n())
+		w := inflightView(b.buf)
+		copy(w[inflightHeader:], v[inflightHeader:])
+		return w
 	}
-	b.buf = newInflight(b.buf, len(b.all))
+	b.buf = newInflight(b.buf, b.n())
 	return inflightView(b.buf)
 }
 
@@ -322,8 +338,11 @@ func (b *Balancer) qpsBucket(now time.Time) int64 { return now.UnixNano() / b.qp
 // window in the future (which only garbage can be, as VMs share one clock).
 func (b *Balancer) qpsWindow(cur []byte, bucket int64) qpsView {
 	q, ok := parseQPS(cur)
-	if !ok || q.len() != len(b.all) || q.width() != b.qpsWidth() || q.head() > bucket+qpsBuckets {
-		b.buf = newQPS(b.buf, len(b.all), b.qpsWidth(), bucket)
+	if !ok || !b.fits(q.len()) || q.width() != b.qpsWidth() || q.head() > bucket+qpsBuckets {
+		b.buf = newQPS(b.buf, b.n(), b.qpsWidth(), bucket)
+		q = qpsView(b.buf)
+	} else if q.len() < b.n() {
+		b.buf = widenQPS(q, b.n())
 		q = qpsView(b.buf)
 	}
 	q.advance(bucket)
@@ -332,7 +351,10 @@ func (b *Balancer) qpsWindow(cur []byte, bucket int64) qpsView {
 
 // loadStats returns this pool's engine stats, or nil (all missing).
 func (b *Balancer) loadStats() statsView {
-	if v, ok := parseStats(b.read(b.keys.stats)); ok && v.len() == len(b.all) {
+	if v, ok := parseStats(b.read(b.keys.stats)); ok && b.fits(v.len()) {
+		if v.len() < b.n() {
+			return widenStats(nil, v, b.n())
+		}
 		return v
 	}
 	return nil
