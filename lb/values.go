@@ -290,7 +290,7 @@ func newQPS(dst []byte, n int, width, head int64) qpsView {
 	return qpsView(v)
 }
 
-func (q qpsView) len() int           { return int(le.Uint16(q[2:])) }
+func (q qpsView) len() int { return int(le.Uint16(q[2:])) }
 
 // widenQPS returns q with n >= q.len() endpoints (same width and head), the new
 // ones with no requests.
