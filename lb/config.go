@@ -180,7 +180,10 @@ func (c *PoolConfig) Validate() error {
 	return nil
 }
 
-// validateSettings checks everything but the endpoints.
+// ValidateSettings checks everything but the endpoints (a dynamic pool's
+// endpoints are checked by [Balancer.SetEndpoints]).
+func (c *PoolConfig) ValidateSettings() error { return c.validateSettings() }
+
 func (c *PoolConfig) validateSettings() error {
 	if int(c.Strategy) >= len(strategyNames) {
 		return &FieldError{"strategy", "unknown strategy"}

@@ -171,6 +171,31 @@ type Config struct {
 	// SGLang ("sglang") has no settings today; the (empty) section is
 	// accepted in sglang mode only, so a misplaced section is caught.
 	SGLang SGLang
+	// Discovery ("discovery"), when set, makes both pools follow the
+	// discovery companion (hostcalls/discovery): the pools' endpoints may
+	// then be empty, and those listed serve until the companion first
+	// answers. Nil: the pools are the fixed lists above.
+	Discovery *Discovery
+}
+
+// Discovery holds the discovery settings: where the filter asks for the
+// current endpoint sets (see ParseDiscovered for the answer).
+type Discovery struct {
+	// Cluster ("cluster") is the Envoy cluster of the companion. Default
+	// "kvbridge": the discovery API is served by the kvbridge binary.
+	Cluster string
+	// Path ("path") is the companion's pools path. Default "/v1/pools".
+	Path string
+	// Wait ("wait_ms") is the long poll: the companion answers as soon as
+	// the sets change, or after Wait with the same version. Default 5 s;
+	// 0 makes every VM-elected poll an immediate answer (then the filter
+	// polls every PollInterval). At most 30 s.
+	Wait time.Duration
+	// PollInterval ("poll_interval_ms") is the pause between two polls, and
+	// after a failed one. Default 500 ms: a change reaches the filter within
+	// the long poll at once, a failure is retried twice a second. At most
+	// 1 s, as the issue that introduced discovery asks.
+	PollInterval time.Duration
 }
 
 // Pool is one pool of engine endpoints and how to balance over them. The
