@@ -37,6 +37,9 @@ func (r *rootContext) debugAnswer(now time.Time) []byte {
 	}
 	for name, b := range map[string]*lb.Balancer{"prefill": r.prefill, "decode": r.decode} {
 		for _, e := range b.Snapshot(now) {
+			if e.Name == "" {
+				continue // a discovered pool's free or draining slot
+			}
 			age := int64(-1)
 			if !e.StatsObserved.IsZero() {
 				age = now.Sub(e.StatsObserved).Milliseconds()

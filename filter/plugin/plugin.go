@@ -77,6 +77,8 @@ type rootContext struct {
 	tickPeriod uint32
 	// warnedNoBody: the missing allow_on_headers_stop_iteration was logged.
 	warnedNoBody bool
+	// disc follows the discovery companion (cfg.Discovery set), else nil.
+	disc *follower
 }
 
 func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -132,15 +134,25 @@ func (r *rootContext) start(cfg *config.Config) error {
 	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))
 	r.instance = binary.LittleEndian.Uint64(seed[16:]) | 1
 	r.store = lb.WithPrefix(sharedData{}, cfg.SharedDataPrefix)
-	r.prefill, err = lb.New("prefill", cfg.Prefill.Balancing(), r.store, r.rng)
-	if err != nil {
-		return err
-	}
-	r.decode, err = lb.New("decode", cfg.Decode.Balancing(), r.store, r.rng)
-	if err != nil {
-		return err
+	if cfg.Discovery != nil {
+		if err := r.newDynamicBalancers(cfg); err != nil {
+			return err
+		}
+	} else {
+		r.prefill, err = lb.New("prefill", cfg.Prefill.Balancing(), r.store, r.rng)
+		if err != nil {
+			return err
+		}
+		r.decode, err = lb.New("decode", cfg.Decode.Balancing(), r.store, r.rng)
+		if err != nil {
+			return err
+		}
 	}
 	r.cfg, r.method = cfg, method
+	if cfg.Discovery != nil {
+		r.disc = newFollower(cfg)
+		r.disc.refresh(r)
+	}
 	r.tools = tokenest.NewCache(toolCacheBytes)
 	r.m = defineMetrics(cfg.Mode)
 	r.scrape = newScraper(cfg)
@@ -151,10 +163,11 @@ func (r *rootContext) start(cfg *config.Config) error {
 }
 
 // setTick asks for the tick the work needs: 100 ms in lmcache mode (KV-wait
-// deadlines), else 1 s (scrapes, the body watchdog).
+// deadlines) or with discovery (polls start on a tick), else 1 s (scrapes,
+// the body watchdog).
 func (r *rootContext) setTick() error {
 	period := uint32(1000)
-	if r.kv != nil {
+	if r.kv != nil || r.disc != nil {
 		period = 100
 	}
 	if period == r.tickPeriod {
@@ -166,6 +179,9 @@ func (r *rootContext) setTick() error {
 
 func (r *rootContext) OnTick() {
 	now := time.Now()
+	if r.disc != nil {
+		r.disc.tick(r, now)
+	}
 	r.scrape.tick(r, now)
 	if r.kv != nil {
 		r.kv.tick(now)
@@ -180,6 +196,9 @@ func (r *rootContext) OnTick() {
 func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	if r.cfg == nil {
 		return nil // not configured: Envoy rejected the config already
+	}
+	if r.disc != nil {
+		r.disc.refresh(r)
 	}
 	s := &stream{r: r, id: id}
 	r.streams[id] = s

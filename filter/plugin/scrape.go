@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"encoding/binary"
-	"errors"
 	"time"
 
 	"github.com/pdroute/pdroute/filter/abi"
@@ -41,36 +39,15 @@ func (sc *scraper) tick(r *rootContext, now time.Time) {
 		return
 	}
 	sc.next = now.Add(sc.interval)
-	if !r.holdScrapeLease(now, 2*sc.interval) {
+	if !r.holdLease(scrapeLeaseKey, now, 2*sc.interval) {
 		return
 	}
-	r.scrapePool(&r.cfg.Prefill, r.prefill)
-	r.scrapePool(&r.cfg.Decode, r.decode)
+	cfg := r.cfg // the pools as the balancers know them now
+	r.scrapePool(cfg, &cfg.Prefill, r.prefill)
+	r.scrapePool(cfg, &cfg.Decode, r.decode)
 }
 
-// holdScrapeLease takes or renews the scrape lease: value = owner instance
-// (8 bytes) + expiry in Unix ns (8 bytes), written with CAS. The owner renews
-// it every interval; another VM takes over once it lapses.
-func (r *rootContext) holdScrapeLease(now time.Time, ttl time.Duration) bool {
-	v, cas, err := r.store.Get(scrapeLeaseKey)
-	switch {
-	case errors.Is(err, lb.ErrNotFound):
-		cas = 0
-	case err != nil:
-		return false
-	case len(v) == 16:
-		owner, expiry := binary.LittleEndian.Uint64(v), int64(binary.LittleEndian.Uint64(v[8:]))
-		if owner != r.instance && now.UnixNano() < expiry {
-			return false
-		}
-	}
-	var nv [16]byte
-	binary.LittleEndian.PutUint64(nv[:], r.instance)
-	binary.LittleEndian.PutUint64(nv[8:], uint64(now.Add(ttl).UnixNano()))
-	return r.store.Set(scrapeLeaseKey, nv[:], cas) == nil
-}
-
-func (r *rootContext) scrapePool(p *config.Pool, b *lb.Balancer) {
+func (r *rootContext) scrapePool(cfg *config.Config, p *config.Pool, b *lb.Balancer) {
 	if p.Strategy != config.LeastLoaded && p.Strategy != config.PowerOfTwo {
 		return
 	}
@@ -80,8 +57,13 @@ func (r *rootContext) scrapePool(p *config.Pool, b *lb.Balancer) {
 	}
 	for i := range p.Endpoints {
 		e := &p.Endpoints[i]
+		if e.Name == "" {
+			continue // a discovered pool's free or draining slot
+		}
 		cluster, dst := e.MetricsCluster, ""
-		if cluster == "" {
+		if cluster == "" || (cluster == r.cfg.OriginalDstCluster && e.Address != "") {
+			// Parse defaults an address endpoint's metrics_cluster to the
+			// ORIGINAL_DST cluster, which needs the address in its header.
 			cluster, dst = r.cfg.Upstream(e)
 		}
 		headers := [][2]string{{":method", "GET"}, {":path", "/metrics"}, {":authority", e.Name}}
@@ -103,6 +85,9 @@ func (r *rootContext) scrapePool(p *config.Pool, b *lb.Balancer) {
 					abi.LogDebugf("pdroute: /metrics of %s: %v", e.Name, err)
 					return
 				}
+				if r.cfg != cfg && !sameSlot(r.cfg, cfg, p == &cfg.Prefill, i) {
+					return // the set changed while scraping: slot i is another endpoint now
+				}
 				if err := b.PutStats(i, stats, time.Now()); err != nil {
 					abi.LogDebugf("pdroute: store stats of %s: %v", e.Name, err)
 				}
@@ -115,4 +100,14 @@ func (r *rootContext) scrapePool(p *config.Pool, b *lb.Balancer) {
 		}
 		r.scrape.pending++
 	}
+}
+
+// sameSlot reports whether slot i of a pool holds the same endpoint in two
+// configurations of a discovered root.
+func sameSlot(a, b *config.Config, prefill bool, i int) bool {
+	pa, pb := a.Decode.Endpoints, b.Decode.Endpoints
+	if prefill {
+		pa, pb = a.Prefill.Endpoints, b.Prefill.Endpoints
+	}
+	return i < len(pa) && i < len(pb) && pa[i].Name == pb[i].Name && pa[i].Address == pb[i].Address
 }
