@@ -53,6 +53,10 @@ type Config struct {
 	// Now is the clock for first-seen times and TTL expiry. Default
 	// time.Now; tests inject a fake one.
 	Now func() time.Time
+	// Handlers are served beside the KV API on the same listener, by
+	// net/http ServeMux pattern (the discovery companion's
+	// "GET /v1/pools"). Default none.
+	Handlers map[string]http.Handler
 }
 
 // WithDefaults returns cfg with every zero field set to its default; the

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pdroute/pdroute/hostcalls/discovery"
 	"github.com/pdroute/pdroute/hostcalls/kvbridge"
 )
 
@@ -50,6 +52,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := newLogger(opts.logFormat, opts.logLevel, stderr)
 	opts.cfg.Logger = logger
+	if opts.discovery != "" {
+		dc, err := discovery.LoadConfig(opts.discovery)
+		if err != nil {
+			logger.Error("kvbridge cannot start", "err", err.Error())
+			return 1
+		}
+		sources, err := dc.Sources(logger)
+		if err != nil {
+			logger.Error("kvbridge cannot start", "err", err.Error())
+			return 1
+		}
+		reg := discovery.NewRegistry(nil)
+		opts.cfg.Handlers = map[string]http.Handler{"GET /v1/pools": reg.Handler()}
+		go discovery.Run(ctx, reg, sources, logger)
+	}
 	svc, err := kvbridge.New(opts.cfg)
 	if err != nil {
 		logger.Error("kvbridge cannot start", "err", err.Error())
@@ -67,6 +84,7 @@ type options struct {
 	logFormat string
 	logLevel  string
 	version   bool
+	discovery string
 }
 
 var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
@@ -87,6 +105,7 @@ func newFlagSet() (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.cfg.HandshakeTimeout, "zmq-handshake-timeout", def.HandshakeTimeout, "time a new ZMQ connection has to finish its handshake")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.discovery, "discovery", "", "JSON file choosing each pool's discovery source; serves GET /v1/pools (empty: no discovery)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	return fs, o
 }
