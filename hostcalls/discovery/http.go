@@ -59,6 +59,9 @@ func (r *Registry) Handler() http.Handler {
 			case <-timer.C:
 				wait = 0
 			case <-req.Context().Done():
+				// The client left, or the server shuts down: a 503 tells a
+				// client that is still there to keep its last sets.
+				writeError(w, http.StatusServiceUnavailable, "discovery: shutting down")
 				return
 			}
 		}

@@ -1,0 +1,167 @@
+package scenarios
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pdroute/pdroute/e2e/mocks"
+	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/filter/config"
+)
+
+// changeBound is the bound from a change of the pools file to the
+// filter routing by it (the file is polled every 100 ms, the companion's
+// long poll answers at once, the other VM reloads on its next request).
+const changeBound = 2 * time.Second
+
+// prefillCount is how many prefill requests e received.
+func prefillCount(t *testing.T, e *stack.Engine) int {
+	t.Helper()
+	return len(requests(t, e, mocks.RequestFilter{Kind: "prefill"}))
+}
+
+// TestDiscoveryFile runs the pools from a file watched by the discovery
+// companion: an engine added at run time serves within changeBound without a
+// proxy restart; a removed one gets no new request after it while the
+// request on it completes; with the companion stopped, requests keep
+// succeeding on the last sets, and it comes back.
+func TestDiscoveryFile(t *testing.T) {
+	s := start(t, stack.Topology{Mode: config.ModeNIXL, Discovery: stack.DiscoveryFile,
+		Prefill: engines(2, stack.EngineSpec{Latency: fast}), Decode: engines(1, stack.EngineSpec{Latency: fast})})
+	body := chat(longPrompt, nil)
+	post(t, s, "/v1/chat/completions", body, nil).expect(t, http.StatusOK, "disagg")
+
+	// Scale-up: decode-1, started by hand, listed in the file.
+	d1, err := s.StartEngine(mocks.Decode, stack.EngineSpec{Latency: fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodes := []*stack.Engine{s.Decode[0], d1}
+	if err := s.WritePools(s.Prefill, decodes); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	for {
+		r := post(t, s, "/v1/chat/completions", body, nil)
+		r.expect(t, http.StatusOK, "disagg")
+		if r.Header.Get("x-pdroute-decode") == d1.Name {
+			t.Logf("%s served %v after the file changed", d1.Name, time.Since(changed))
+			break
+		}
+		if time.Since(changed) > changeBound {
+			t.Fatalf("%s got no request within %v of being added", d1.Name, changeBound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Scale-down: prefill-0 leaves while a slow prefill is on it.
+	p0, p1 := s.Prefill[0], s.Prefill[1]
+	ctx := testCtx(t, time.Minute)
+	slow := fast
+	slow.Slowdown = 150 // about 1.5 s for the long prompt
+	if err := p0.Control.SetLatency(ctx, slow); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]*response, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := send(ctx, http.MethodPost, s.URL+"/v1/chat/completions", body, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = r
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); prefillCount(t, p0) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no request reached prefill-0")
+		}
+	}
+	if err := s.WritePools([]*stack.Engine{p1}, decodes); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	wg.Wait()
+	onP0 := 0
+	for _, r := range results {
+		if r == nil {
+			continue
+		}
+		r.expect(t, http.StatusOK, "disagg")
+		if r.Header.Get("x-pdroute-prefill") == p0.Name {
+			onP0++
+		}
+	}
+	if onP0 == 0 {
+		t.Fatal("no in-flight request completed on the removed prefill-0")
+	}
+	time.Sleep(time.Until(removed.Add(changeBound)))
+	before := prefillCount(t, p0)
+	for range 6 {
+		r := post(t, s, "/v1/chat/completions", body, nil)
+		r.expect(t, http.StatusOK, "disagg")
+		if r.Header.Get("x-pdroute-prefill") != p1.Name {
+			t.Fatalf("prefill by %q after prefill-0 left", r.Header.Get("x-pdroute-prefill"))
+		}
+	}
+	if after := prefillCount(t, p0); after != before {
+		t.Fatalf("prefill-0 got %d requests after it left", after-before)
+	}
+	if d, err := s.Debug(ctx); err != nil || d.Inflight() != 0 {
+		t.Fatalf("in-flight after the requests: %v %v", d, err)
+	}
+
+	// The companion stops: the last sets keep serving, the failure counts.
+	if err := s.KVBridge.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		r := post(t, s, "/v1/chat/completions", body, nil)
+		r.expect(t, http.StatusOK, "disagg")
+		if p := r.Header.Get("x-pdroute-prefill"); p != p1.Name {
+			t.Fatalf("prefill by %q with the companion down", p)
+		}
+	}
+	waitStat(t, s, "pdroute.discovery.errors", func(v int64) bool { return v > 0 })
+	waitStat(t, s, "pdroute.discovery.stale", func(v int64) bool { return v == 1 })
+	// Back, with prefill-0 listed again.
+	if err := s.WritePools([]*stack.Engine{p0, p1}, decodes); err != nil {
+		t.Fatal(err)
+	}
+	if err := p0.Control.SetLatency(ctx, fast); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.KVBridge.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := post(t, s, "/v1/chat/completions", body, nil)
+		r.expect(t, http.StatusOK, "disagg")
+		if r.Header.Get("x-pdroute-prefill") == p0.Name {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("prefill-0 not back after the companion restarted")
+		}
+	}
+	waitStat(t, s, "pdroute.discovery.stale", func(v int64) bool { return v == 0 })
+}
+
+func waitStat(t *testing.T, s *stack.Stack, name string, ok func(int64) bool) {
+	t.Helper()
+	var v int64
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if v, err = s.Stat(context.Background(), name); err == nil && ok(v) {
+			return
+		}
+	}
+	t.Fatalf("%s = %d (%v)", name, v, err)
+}

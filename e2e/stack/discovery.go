@@ -1,0 +1,106 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/pdroute/pdroute/e2e/mocks"
+	"github.com/pdroute/pdroute/hostcalls/discovery"
+)
+
+// discoveryRun is the stack's discovery companion: the sources and registry
+// of hostcalls/discovery, served by the stack's kvbridge.
+type discoveryRun struct {
+	reg    *discovery.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// PoolsFileName is the pools file's name in the stack's config directory.
+const PoolsFileName = "pools.json"
+
+// startDiscovery runs a file source per pool on path.
+func startDiscovery(path string) (*discoveryRun, error) {
+	src := fmt.Sprintf(`{"file":{"path":%q,"interval_ms":100}}`, path)
+	cfg, err := discovery.ParseConfig([]byte(`{"prefill":` + src + `,"decode":` + src + `}`))
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sources, err := cfg.Sources(log)
+	if err != nil {
+		return nil, err
+	}
+	d := &discoveryRun{reg: discovery.NewRegistry(nil), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	go func() { discovery.Run(ctx, d.reg, sources, log); close(d.done) }()
+	return d, nil
+}
+
+func (d *discoveryRun) handlers() map[string]http.Handler {
+	return map[string]http.Handler{"GET /v1/pools": d.reg.Handler()}
+}
+
+func (d *discoveryRun) close() {
+	if d != nil {
+		d.cancel()
+		<-d.done
+	}
+}
+
+// WritePools writes the pools file of a DiscoveryFile stack: the engines'
+// endpoint entries, as the plugin configuration would list them. It writes
+// a temporary file and renames it over the old one, as an operator's tools
+// and a ConfigMap update do.
+func (s *Stack) WritePools(prefill, decode []*Engine) error {
+	if s.PoolsFile == "" {
+		return fmt.Errorf("stack: no pools file (Topology.Discovery is %q)", s.Topology.Discovery)
+	}
+	list := func(es []*Engine) []any {
+		out := make([]any, 0, len(es))
+		for _, e := range es {
+			out = append(out, endpointJSON(s.Topology.Mode, e))
+		}
+		return out
+	}
+	data, err := json.MarshalIndent(map[string]any{"prefill": list(prefill), "decode": list(decode)}, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.PoolsFile + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.PoolsFile)
+}
+
+// StartEngine starts one more mock engine of the stack's kind in role, by
+// address, without listing it anywhere: WritePools brings it into service.
+// It is named like the others (decode-2 after decode-0 and decode-1) and
+// closed with the stack.
+func (s *Stack) StartEngine(role mocks.Role, spec EngineSpec) (*Engine, error) {
+	spec.ByAddress = true
+	n := 0
+	for _, e := range append(s.Engines(), s.extra...) {
+		if e.Role == role {
+			n++
+		}
+	}
+	e := &Engine{Name: string(role) + "-" + strconv.Itoa(n), Role: role, Spec: spec}
+	if err := s.startEngine(e, loopback(0)); err != nil {
+		return nil, err
+	}
+	s.extra = append(s.extra, e)
+	return e, nil
+}
+
+// poolsPath is where a DiscoveryFile stack keeps its pools file.
+func poolsPath(dir string) string { return filepath.Join(dir, PoolsFileName) }
