@@ -71,7 +71,7 @@ pgo: ## regenerate filter/default.pgo from CPU profiles of tokenest's benchmarks
 demo: build ## start the stack on loopback, send three requests, print what happened
 	$(BUILD)/pdroute-dev -demo
 
-dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR)
+dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR, PDROUTE_DEV_DISCOVERY=file)
 	$(BUILD)/pdroute-dev
 
 e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)

@@ -10,6 +10,9 @@
 // The mode comes from PDROUTE_DEV_MODE (nixl, the default; orchestrated,
 // lmcache, sglang) and the listener from PDROUTE_DEV_ADDR (default
 // 127.0.0.1:10000; admin 9901, engines 8100–8103, kvbridge 7500/7501).
+// PDROUTE_DEV_DISCOVERY=file makes the pools follow a file watched by the
+// discovery companion (in kvbridge) instead of the plugin configuration; the
+// banner prints its path and how to add an engine started by hand.
 // Without -demo it prints the addresses, a curl example and the generated
 // envoy.yaml's path, then serves until SIGINT or SIGTERM. With -demo it
 // starts the same stack on free ports, sends a short, a long and a
@@ -38,8 +41,9 @@ import (
 
 // Environment variables read by pdroute-dev.
 const (
-	modeEnv = "PDROUTE_DEV_MODE"
-	addrEnv = "PDROUTE_DEV_ADDR"
+	modeEnv      = "PDROUTE_DEV_MODE"
+	addrEnv      = "PDROUTE_DEV_ADDR"
+	discoveryEnv = "PDROUTE_DEV_DISCOVERY"
 )
 
 // devConfigDir is where the dev stack writes its envoy.yaml (relative to
@@ -63,6 +67,8 @@ type options struct {
 	proxy    string // emulator, envoy or auto
 	mode     config.Mode
 	listener netip.AddrPort
+	// discovery is stack.DiscoveryNone or stack.DiscoveryFile.
+	discovery string
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -95,6 +101,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	case config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang:
 	default:
 		return o, fmt.Errorf("%s=%q: want nixl, orchestrated, lmcache or sglang", modeEnv, o.mode)
+	}
+	switch o.discovery = getenv(discoveryEnv); o.discovery {
+	case stack.DiscoveryNone, stack.DiscoveryFile:
+	default:
+		return o, fmt.Errorf("%s=%q: want %q or nothing", discoveryEnv, o.discovery, stack.DiscoveryFile)
 	}
 	addr := getenv(addrEnv)
 	if addr == "" {
@@ -142,6 +153,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 	proxy, why := chooseProxy(o.proxy)
 	topo := stack.DevTopology(o.mode)
 	topo.Proxy = proxy
+	topo.Discovery = o.discovery
 	topo.LogLevel = "warning"
 	topo.LogSink = stderr
 	if o.demo {
@@ -198,11 +210,35 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	}
 	abs, _ := filepath.Abs(s.BootstrapPath)
 	fmt.Fprintf(w, "  envoy.yaml  %s\n              (the generated bootstrap; with Envoy >= 1.35: envoy -c %s)\n", abs, abs)
+	if s.PoolsFile != "" {
+		pools, _ := filepath.Abs(s.PoolsFile)
+		fmt.Fprintf(w, "  pools file  %s\n              (watched by the discovery companion in kvbridge; the filter follows it)\n", pools)
+		fmt.Fprintf(w, "\nAdd a decode engine by hand: start one,\n  build/mockengine --engine %s --role decode --addr 127.0.0.1:8200\n", engineFlag(t.Mode))
+		fmt.Fprintf(w, "then add {\"name\": \"decode-9\", \"address\": \"127.0.0.1:8200\"} to the \"decode\" list of the pools file")
+		switch t.Mode {
+		case config.ModeLMCache:
+			fmt.Fprintf(w, "\n(with its \"kv_receiver\" init_ports and alloc_ports from the JSON line mockengine prints)")
+		case config.ModeSGLang:
+			fmt.Fprintf(w, "\n(a prefill engine needs its \"bootstrap_port\" from the JSON line mockengine prints)")
+		}
+		fmt.Fprintf(w, ".\nIt serves within a second; delete the entry to take it out of service.\n")
+	}
 	fmt.Fprintf(w, "\nTry a short prompt (goes straight to a decoder):\n")
 	fmt.Fprintf(w, "  curl -sD- %s/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{\"model\":\"mock-model\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Say hello\"}]}'\n", s.URL)
 	fmt.Fprintf(w, "and a long one (prefill on one engine, decode on another; see the x-pdroute-* and x-mock-kv headers):\n")
 	fmt.Fprintf(w, "  curl -sD- %s/v1/completions -H 'content-type: application/json' \\\n    -d \"{\\\"model\\\":\\\"mock-model\\\",\\\"max_tokens\\\":8,\\\"prompt\\\":\\\"$(printf 'tell me more %%.0s' $(seq 300))\\\"}\"\n", s.URL)
 	fmt.Fprintf(w, "\nStop with Ctrl-C.\n")
+}
+
+// engineFlag is mockengine's --engine for a mode.
+func engineFlag(m config.Mode) string {
+	switch m {
+	case config.ModeLMCache:
+		return "lmcache"
+	case config.ModeSGLang:
+		return "sglang"
+	}
+	return "vllm"
 }
 
 // thresholdText says which requests are disaggregated.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdroute/pdroute/e2e/mocks"
 	"github.com/pdroute/pdroute/filter/config"
 )
 
@@ -34,6 +36,8 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad addr", env: map[string]string{addrEnv: "localhost:1"}, error: `PDROUTE_DEV_ADDR="localhost:1": want IP:port`},
 		{name: "stray argument", args: []string{"now"}, error: `unexpected argument "now"`},
 		{name: "wasm only", args: []string{"-wasm"}, want: options{wasm: true, proxy: "emulator", mode: config.ModeNIXL}},
+		{name: "file discovery", env: map[string]string{discoveryEnv: "file"}, want: options{proxy: "emulator", mode: config.ModeNIXL, discovery: "file"}},
+		{name: "bad discovery", env: map[string]string{discoveryEnv: "consul"}, error: `PDROUTE_DEV_DISCOVERY="consul": want "file" or nothing`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseOptions(tc.args, env(tc.env), io.Discard)
@@ -170,4 +174,73 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestDevDiscovery runs `PDROUTE_DEV_DISCOVERY=file make dev` on free ports:
+// the banner names the pools file, and a decode engine started by hand and
+// added to the file serves requests.
+func TestDevDiscovery(t *testing.T) {
+	devPorts.Admin, devPorts.EngineBase, devPorts.KVBridgeZMQ, devPorts.KVBridgeHTTP = 0, 0, 0, 0
+	devConfigDir = t.TempDir()
+	sig := make(chan os.Signal, 1)
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(nil, env(map[string]string{discoveryEnv: "file", addrEnv: "127.0.0.1:0"}), out, io.Discard, sig)
+	}()
+	defer func() {
+		sig <- os.Interrupt
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	}()
+	banner := regexp.MustCompile(`(?s)listener\s+(http://\S+).*pools file  (\S+)`)
+	var m []string
+	for deadline := time.Now().Add(2 * time.Minute); m == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner:\n%s", out.String())
+		}
+		if strings.Contains(out.String(), "Stop with Ctrl-C") {
+			m = banner.FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("banner without a pools file:\n%s", out.String())
+			}
+		}
+	}
+	url, path := m[1], m[2]
+	srv, err := mocks.Start(mocks.Config{Kind: mocks.VLLM, Role: mocks.Decode, Name: "decode-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pools map[string][]map[string]any
+	if err := json.Unmarshal(data, &pools); err != nil || len(pools["decode"]) != 2 {
+		t.Fatalf("pools file %s: %v", data, err)
+	}
+	pools["decode"] = append(pools["decode"], map[string]any{"name": "decode-9", "address": srv.Addr()})
+	data, _ = json.Marshal(pools)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"mock-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if resp.Header.Get("x-pdroute-decode") == "decode-9" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the engine added to the pools file never served")
+		}
+	}
 }
