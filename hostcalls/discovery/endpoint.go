@@ -16,6 +16,9 @@ type Endpoint struct {
 	Host          string      `json:"host,omitempty"`
 	BootstrapPort int         `json:"bootstrap_port,omitempty"`
 	KVReceiver    *KVReceiver `json:"kv_receiver,omitempty"`
+	// MetricsPort is where the companion scrapes the engine's /metrics (0:
+	// the address's port). The filter does not read it.
+	MetricsPort int `json:"-"`
 }
 
 // KVReceiver is an lmcache decode engine's NIXL receiver.

@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/pdroute/pdroute/hostcalls/discovery"
+	_ "github.com/pdroute/pdroute/hostcalls/discovery/kube" // the "kubernetes" source
 	"github.com/pdroute/pdroute/hostcalls/kvbridge"
 )
 
