@@ -32,7 +32,21 @@ const ReferenceWasmFile = "build/pdroute.wasm"
 // with the engines' planned addresses (nothing is started). `pdroute-dev
 // -proxy envoy` in nixl mode runs the same file but for the module path.
 func ReferenceBootstrap() ([]byte, error) {
-	t, err := DevTopology(config.ModeNIXL).withDefaults()
+	return referenceBootstrap(DevTopology(config.ModeNIXL))
+}
+
+// ReferenceDiscoveryBootstrap renders e2e/envoy/envoy-discovery.yaml: the
+// same stack with discovered pools (`PDROUTE_DEV_DISCOVERY=file make dev`):
+// no engine cluster, the pools from the discovery companion in kvbridge
+// (kvbridge -discovery), engines reached through the ORIGINAL_DST cluster.
+func ReferenceDiscoveryBootstrap() ([]byte, error) {
+	t := DevTopology(config.ModeNIXL)
+	t.Discovery = DiscoveryFile
+	return referenceBootstrap(t)
+}
+
+func referenceBootstrap(t Topology) ([]byte, error) {
+	t, err := t.withDefaults()
 	if err != nil {
 		return nil, err
 	}

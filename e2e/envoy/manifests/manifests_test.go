@@ -285,8 +285,8 @@ func pluginConfigs(t *testing.T, docs []doc) []pluginConfig {
 // and that the Istio examples cover every mode.
 func TestPluginConfigsParse(t *testing.T) {
 	pcs := pluginConfigs(t, loadDocs(t))
-	if len(pcs) != 7 {
-		t.Fatalf("found %d plugin configs, want 7 (4 Istio modes, Istio file variant, 2 Envoy Gateway)", len(pcs))
+	if len(pcs) != 9 {
+		t.Fatalf("found %d plugin configs, want 9 (4 Istio modes, Istio file and discovery variants, 3 Envoy Gateway)", len(pcs))
 	}
 	modes := map[config.Mode]bool{}
 	for _, pc := range pcs {
@@ -317,6 +317,10 @@ func clustersNamed(c *config.Config) []string {
 	}
 	if c.Mode == config.ModeLMCache {
 		out = append(out, c.LMCache.KVBridgeCluster)
+	}
+	if c.Discovery != nil {
+		// Discovered endpoints are reached by address.
+		out = append(out, c.Discovery.Cluster, c.OriginalDstCluster)
 	}
 	return out
 }
@@ -505,8 +509,8 @@ func TestGatewayWiring(t *testing.T) {
 		}
 	}
 	pcs := pluginConfigs(t, docs)
-	if len(pcs) != 2 {
-		t.Fatalf("found %d Envoy Gateway plugin configs, want 2", len(pcs))
+	if len(pcs) != 3 {
+		t.Fatalf("found %d Envoy Gateway plugin configs, want 3", len(pcs))
 	}
 	for _, pc := range pcs {
 		if pc.cfg != nil {

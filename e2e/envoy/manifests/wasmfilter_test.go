@@ -199,8 +199,8 @@ func TestWasmFilterSettings(t *testing.T) {
 			filters += len(items(get(d.node, "spec", "wasm")))
 		}
 	}
-	if filters != 7 {
-		t.Errorf("found %d wasm filter configs, want 7 (5 Istio filter-*.yaml, 2 Envoy Gateway)", filters)
+	if filters != 9 {
+		t.Errorf("found %d wasm filter configs, want 9 (6 Istio filter-*.yaml, 3 Envoy Gateway)", filters)
 	}
 	for _, p := range wasmFilterProblems(docs) {
 		t.Error(p)
