@@ -165,3 +165,63 @@ func waitStat(t *testing.T, s *stack.Stack, name string, ok func(int64) bool) {
 	}
 	t.Fatalf("%s = %d (%v)", name, v, err)
 }
+
+// TestDiscoveryStatsFromCompanion: with "discovery": {"stats": true} the
+// engines' /metrics are scraped by the companion only, and the filter's
+// least_loaded reads the stats it serves. It logs the engines' scrape load
+// for both ways (BENCHMARKS.md, discovery).
+func TestDiscoveryStatsFromCompanion(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	const window = 2 * time.Second
+	load := func(t *testing.T, fromCompanion bool) float64 {
+		topo := stack.Topology{Mode: config.ModeNIXL, Discovery: stack.DiscoveryFile, Workers: 4,
+			Prefill: engines(1, stack.EngineSpec{Latency: fast}), Decode: engines(2, stack.EngineSpec{Latency: fast}),
+			Plugin: map[string]any{"stats_scrape_interval_ms": interval.Milliseconds(),
+				"decode": map[string]any{"strategy": "least_loaded", "stats_max_age_ms": 1000}}}
+		if fromCompanion {
+			topo.CompanionScrape = interval
+			topo.Plugin["discovery"] = map[string]any{"stats": true}
+		}
+		s := start(t, topo)
+		ctx := testCtx(t, time.Minute)
+		metrics := func() int64 {
+			var n int64
+			for _, e := range s.Engines() {
+				st, err := e.Control.Stats(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += st.Requests["metrics"]
+			}
+			return n
+		}
+		before := metrics()
+		time.Sleep(window)
+		perEngine := float64(metrics()-before) / window.Seconds() / float64(len(s.Engines()))
+		d, err := s.Debug(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range d.Pools["decode"] {
+			if e.StatsAgeMS < 0 || e.StatsAgeMS > 1000 {
+				t.Errorf("%s: stats age %d ms with stats from the companion=%v", e.Name, e.StatsAgeMS, fromCompanion)
+			}
+		}
+		if fromCompanion && s.CompanionScrapes() == 0 {
+			t.Error("the companion scraped nothing")
+		}
+		post(t, s, "/v1/chat/completions", chat(longPrompt, nil), nil).expect(t, http.StatusOK, "disagg")
+		return perEngine
+	}
+	filter := load(t, false)
+	companion := load(t, true)
+	t.Logf("scrapes per second per engine, interval %v, 1 proxy of 4 workers: filter %.1f, companion %.1f", interval, filter, companion)
+	// One scrape per interval per engine either way for one proxy (the
+	// filter's lease already stops its workers from each scraping); the
+	// companion's is independent of the number of proxies.
+	for _, v := range []float64{filter, companion} {
+		if v > 2/interval.Seconds() {
+			t.Errorf("%.1f scrapes/s per engine, more than twice one per interval", v)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/pdroute/pdroute/e2e/mocks"
 	"github.com/pdroute/pdroute/hostcalls/discovery"
@@ -18,16 +20,18 @@ import (
 // discoveryRun is the stack's discovery companion: the sources and registry
 // of hostcalls/discovery, served by the stack's kvbridge.
 type discoveryRun struct {
-	reg    *discovery.Registry
-	cancel context.CancelFunc
-	done   chan struct{}
+	reg     *discovery.Registry
+	scraper *discovery.Scraper
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // PoolsFileName is the pools file's name in the stack's config directory.
 const PoolsFileName = "pools.json"
 
-// startDiscovery runs a file source per pool on path.
-func startDiscovery(path string) (*discoveryRun, error) {
+// startDiscovery runs a file source per pool on path, and a scraper of the
+// engines every scrape (0: none).
+func startDiscovery(path string, scrape time.Duration) (*discoveryRun, error) {
 	src := fmt.Sprintf(`{"file":{"path":%q,"interval_ms":100}}`, path)
 	cfg, err := discovery.ParseConfig([]byte(`{"prefill":` + src + `,"decode":` + src + `}`))
 	if err != nil {
@@ -41,12 +45,33 @@ func startDiscovery(path string) (*discoveryRun, error) {
 	d := &discoveryRun{reg: discovery.NewRegistry(nil), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	go func() { discovery.Run(ctx, d.reg, sources, log); close(d.done) }()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); discovery.Run(ctx, d.reg, sources, log) }()
+	if scrape > 0 {
+		d.scraper = discovery.NewScraper(d.reg, scrape, log)
+		wg.Add(1)
+		go func() { defer wg.Done(); d.scraper.Run(ctx) }()
+	}
+	go func() { wg.Wait(); close(d.done) }()
 	return d, nil
 }
 
 func (d *discoveryRun) handlers() map[string]http.Handler {
-	return map[string]http.Handler{"GET /v1/pools": d.reg.Handler()}
+	h := map[string]http.Handler{"GET /v1/pools": d.reg.Handler()}
+	if d.scraper != nil {
+		h["GET /v1/stats"] = d.scraper.Handler()
+	}
+	return h
+}
+
+// CompanionScrapes counts the /metrics requests the companion made
+// (Topology.CompanionScrape), 0 without.
+func (s *Stack) CompanionScrapes() uint64 {
+	if s.disc == nil || s.disc.scraper == nil {
+		return 0
+	}
+	return s.disc.scraper.Scrapes.Load()
 }
 
 func (d *discoveryRun) close() {

@@ -98,7 +98,7 @@ func Start(ctx context.Context, t Topology) (st *Stack, err error) {
 	if t.Discovery == DiscoveryFile {
 		s.PoolsFile = poolsPath(dir)
 		_ = os.Remove(s.PoolsFile) // a dev directory's file of a previous run
-		if s.disc, err = startDiscovery(s.PoolsFile); err != nil {
+		if s.disc, err = startDiscovery(s.PoolsFile, t.CompanionScrape); err != nil {
 			return nil, err
 		}
 		handlers = s.disc.handlers()

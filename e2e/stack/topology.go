@@ -94,6 +94,11 @@ type Topology struct {
 	// companion (in kvbridge) on a pools file the stack writes (PoolsFile),
 	// every engine by address, and the plugin configuration lists none.
 	Discovery string
+	// CompanionScrape, with DiscoveryFile, makes the companion scrape every
+	// engine this often and serve GET /v1/stats (kvbridge
+	// -discovery-scrape-interval); the plugin configuration then needs
+	// "discovery": {"stats": true} to read them. Zero: off.
+	CompanionScrape time.Duration
 }
 
 // Discovery kinds of a Topology.

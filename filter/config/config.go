@@ -196,6 +196,15 @@ type Discovery struct {
 	// the long poll at once, a failure is retried twice a second. At most
 	// 1 s, as the issue that introduced discovery asks.
 	PollInterval time.Duration
+	// Stats ("stats"): engine stats come from the companion's GET
+	// /v1/stats (kvbridge -discovery-scrape-interval), one call per
+	// stats_scrape_interval_ms per proxy, instead of every engine's
+	// /metrics: the engines see one scrape per interval per companion,
+	// whatever the number of proxies. Default false.
+	Stats bool
+	// StatsPath ("stats_path") is the companion's stats path. Default
+	// "/v1/stats".
+	StatsPath string
 }
 
 // Pool is one pool of engine endpoints and how to balance over them. The

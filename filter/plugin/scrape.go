@@ -5,6 +5,7 @@ import (
 
 	"github.com/pdroute/pdroute/filter/abi"
 	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/filter/discovery"
 	"github.com/pdroute/pdroute/lb"
 )
 
@@ -43,6 +44,10 @@ func (sc *scraper) tick(r *rootContext, now time.Time) {
 		return
 	}
 	cfg := r.cfg // the pools as the balancers know them now
+	if cfg.Discovery != nil && cfg.Discovery.Stats {
+		r.statsFromCompanion(cfg)
+		return
+	}
 	r.scrapePool(cfg, &cfg.Prefill, r.prefill)
 	r.scrapePool(cfg, &cfg.Decode, r.decode)
 }
@@ -110,4 +115,58 @@ func sameSlot(a, b *config.Config, prefill bool, i int) bool {
 		pa, pb = a.Prefill.Endpoints, b.Prefill.Endpoints
 	}
 	return i < len(pa) && i < len(pb) && pa[i].Name == pb[i].Name && pa[i].Address == pb[i].Address
+}
+
+// statsFromCompanion asks the discovery companion for every engine's stats
+// (one call instead of one per engine) and stores those of the endpoints in
+// service, by slot.
+func (r *rootContext) statsFromCompanion(cfg *config.Config) {
+	d := cfg.Discovery
+	headers := [][2]string{{":method", "GET"}, {":path", d.StatsPath}, {":authority", "pdroute-discovery"}}
+	timeout := min(r.scrape.interval, 5*time.Second)
+	_, err := abi.DispatchHttpCall(d.Cluster, headers, nil, nil, uint32(timeout/time.Millisecond), func(numHeaders, bodySize, _ int) {
+		r.scrape.pending--
+		a := readCallAnswer(numHeaders, bodySize)
+		if a.status != 200 {
+			r.m.scrapeErrors.Increment(1)
+			return
+		}
+		cur := r.cfg // the set may have changed while the call was out
+		want := map[string]bool{}
+		for _, p := range []*config.Pool{&cur.Prefill, &cur.Decode} {
+			for _, e := range p.Endpoints {
+				if e.Name != "" {
+					want[e.Name] = true
+				}
+			}
+		}
+		stats, err := discovery.ParseStats(a.body, want)
+		if err != nil {
+			r.m.scrapeErrors.Increment(1)
+			abi.LogDebugf("pdroute: companion stats: %v", err)
+			return
+		}
+		for _, p := range []struct {
+			pool *config.Pool
+			b    *lb.Balancer
+		}{{&cur.Prefill, r.prefill}, {&cur.Decode, r.decode}} {
+			if p.pool.Strategy != config.LeastLoaded && p.pool.Strategy != config.PowerOfTwo {
+				continue
+			}
+			for i, e := range p.pool.Endpoints {
+				if st, ok := stats[e.Name]; ok && e.Name != "" {
+					if err := p.b.PutStats(i, st.Stats, st.Observed); err != nil {
+						abi.LogDebugf("pdroute: store stats of %s: %v", e.Name, err)
+					}
+				}
+			}
+		}
+		r.m.scrapeSuccess.Increment(1)
+	})
+	if err != nil {
+		r.m.scrapeErrors.Increment(1)
+		abi.LogWarnf("pdroute: companion stats through cluster %s: %v", d.Cluster, err)
+		return
+	}
+	r.scrape.pending++
 }

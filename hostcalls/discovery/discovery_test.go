@@ -255,3 +255,41 @@ func TestSafeName(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestScraper(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, "vllm:num_requests_running{model_name=\"m\"} 3\nvllm:num_requests_waiting{model_name=\"m\"} 2\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n")
+	}))
+	defer engine.Close()
+	addr := strings.TrimPrefix(engine.URL, "http://")
+	reg := NewRegistry(nil)
+	reg.Set(0, []Endpoint{{Name: "p0", Address: "127.0.0.1:1"}}) // nothing listens: no stats
+	reg.Set(1, []Endpoint{{Name: "d0", Address: addr}})
+	sc := NewScraper(reg, time.Second, quiet)
+	sc.round(context.Background())
+	srv := httptest.NewServer(sc.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a StatsAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatal(err)
+	}
+	d := a.Stats["d0"]
+	if len(a.Stats) != 1 || d.Running != 3 || d.Waiting != 2 || d.KVCacheUsage != 0.25 || d.ObservedMS == 0 || sc.Scrapes.Load() != 2 {
+		t.Fatalf("%+v after %d scrapes", a, sc.Scrapes.Load())
+	}
+	// d0 leaves the sets: its stats go.
+	reg.Set(1, nil)
+	sc.round(context.Background())
+	if len(sc.stats) != 0 {
+		t.Fatalf("stats of departed engines kept: %v", sc.stats)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pdroute/pdroute/hostcalls/discovery"
 	_ "github.com/pdroute/pdroute/hostcalls/discovery/kube" // the "kubernetes" source
@@ -67,6 +68,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		reg := discovery.NewRegistry(nil)
 		opts.cfg.Handlers = map[string]http.Handler{"GET /v1/pools": reg.Handler()}
 		go discovery.Run(ctx, reg, sources, logger)
+		if opts.scrapeInterval > 0 {
+			sc := discovery.NewScraper(reg, opts.scrapeInterval, logger)
+			opts.cfg.Handlers["GET /v1/stats"] = sc.Handler()
+			go sc.Run(ctx)
+		}
 	}
 	svc, err := kvbridge.New(opts.cfg)
 	if err != nil {
@@ -86,6 +92,9 @@ type options struct {
 	logLevel  string
 	version   bool
 	discovery string
+	// scrapeInterval: how often the discovery companion scrapes the engines
+	// it knows (0: it does not; serves GET /v1/stats otherwise).
+	scrapeInterval time.Duration
 }
 
 var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
@@ -107,6 +116,7 @@ func newFlagSet() (*flag.FlagSet, *options) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.discovery, "discovery", "", "JSON file choosing each pool's discovery source; serves GET /v1/pools (empty: no discovery)")
+	fs.DurationVar(&o.scrapeInterval, "discovery-scrape-interval", 0, "with -discovery: scrape every discovered engine's /metrics this often and serve GET /v1/stats (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	return fs, o
 }
