@@ -2,7 +2,9 @@ package scenarios
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -223,5 +225,56 @@ func TestDiscoveryStatsFromCompanion(t *testing.T) {
 		if v > 2/interval.Seconds() {
 			t.Errorf("%.1f scrapes/s per engine, more than twice one per interval", v)
 		}
+	}
+}
+
+// BenchmarkDiscoveryChangeToRoute measures the time from a change of the
+// pools file (a decoder added) to the first request the filter sends to the
+// new decoder, over 40 additions (the stack's file source polls every
+// 100 ms; the companion's long poll and the filter's reload add the rest).
+// Requests are sent back to back, so the figure is within one request's
+// time (~2 ms) of the filter's. Run with -benchtime=1x.
+func BenchmarkDiscoveryChangeToRoute(b *testing.B) {
+	s := start(b, stack.Topology{Mode: config.ModeNIXL, Discovery: stack.DiscoveryFile, Workers: 2,
+		Prefill: engines(1, stack.EngineSpec{Latency: instant}), Decode: engines(1, stack.EngineSpec{Latency: instant})})
+	extra, err := s.StartEngine(mocks.Decode, stack.EngineSpec{Latency: instant})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := completion(shortPrompt, map[string]any{"max_tokens": 1})
+	const rounds = 40
+	for range b.N {
+		var lat []time.Duration
+		for range rounds {
+			// A random phase against the file source's 100 ms reads.
+			time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
+			if err := s.WritePools(s.Prefill, []*stack.Engine{s.Decode[0], extra}); err != nil {
+				b.Fatal(err)
+			}
+			changed := time.Now()
+			for {
+				r := benchSend(b, s.URL+"/v1/completions", body)
+				if r.Header.Get("x-pdroute-decode") == extra.Name {
+					lat = append(lat, time.Since(changed))
+					break
+				}
+				if time.Since(changed) > 10*time.Second {
+					b.Fatal("the added decoder never served")
+				}
+			}
+			if err := s.WritePools(s.Prefill, s.Decode); err != nil {
+				b.Fatal(err)
+			}
+			// Wait until it is out again (no request reaches it for 300 ms).
+			for quiet := time.Now(); time.Since(quiet) < 300*time.Millisecond; {
+				if r := benchSend(b, s.URL+"/v1/completions", body); r.Header.Get("x-pdroute-decode") == extra.Name {
+					quiet = time.Now()
+				}
+			}
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Milliseconds()), "p99-ms")
+		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms")
 	}
 }

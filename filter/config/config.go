@@ -191,10 +191,10 @@ type Discovery struct {
 	// 0 makes every VM-elected poll an immediate answer (then the filter
 	// polls every PollInterval). At most 30 s.
 	Wait time.Duration
-	// PollInterval ("poll_interval_ms") is the pause between two polls, and
-	// after a failed one. Default 500 ms: a change reaches the filter within
-	// the long poll at once, a failure is retried twice a second. At most
-	// 1 s, as the issue that introduced discovery asks.
+	// PollInterval ("poll_interval_ms") is the pause after a failed poll
+	// (and between polls when wait_ms is 0); after a long poll answered the
+	// filter asks again at once. Default 500 ms: a failure is retried twice
+	// a second. At most 1 s.
 	PollInterval time.Duration
 	// Stats ("stats"): engine stats come from the companion's GET
 	// /v1/stats (kvbridge -discovery-scrape-interval), one call per

@@ -127,16 +127,26 @@ func (f *follower) apply(r *rootContext, t discovery.Table) {
 	f.table = t
 }
 
-// tick starts a poll when this VM may (none in flight, the poll interval
-// passed) and holds the discovery lease, which it renews while polling.
+// tick starts a poll when this VM may (none in flight, the pause after a
+// failure passed) and holds the discovery lease, which it renews while
+// polling.
 func (f *follower) tick(r *rootContext, now time.Time) {
 	f.refresh(r)
-	ttl := f.cfg.Wait + 3*time.Second
 	if f.polling {
-		r.holdLease(discoveryLeaseKey, now, ttl)
+		r.holdLease(discoveryLeaseKey, now, f.leaseTTL())
 		return
 	}
-	if now.Before(f.next) || !r.holdLease(discoveryLeaseKey, now, ttl) {
+	if now.Before(f.next) {
+		return
+	}
+	f.poll(r, now)
+}
+
+func (f *follower) leaseTTL() time.Duration { return f.cfg.Wait + 3*time.Second }
+
+// poll asks the companion, if this VM holds the lease.
+func (f *follower) poll(r *rootContext, now time.Time) {
+	if !r.holdLease(discoveryLeaseKey, now, f.leaseTTL()) {
 		return
 	}
 	f.next = now.Add(f.cfg.PollInterval)
@@ -146,7 +156,15 @@ func (f *follower) tick(r *rootContext, now time.Time) {
 	timeout := uint32((f.cfg.Wait + 2*time.Second) / time.Millisecond)
 	_, err := abi.DispatchHttpCall(f.cfg.Cluster, headers, nil, nil, timeout, func(numHeaders, bodySize, _ int) {
 		f.polling = false
-		f.answer(r, readCallAnswer(numHeaders, bodySize), time.Now())
+		now := time.Now()
+		if !f.answer(r, readCallAnswer(numHeaders, bodySize), now) || f.cfg.Wait == 0 {
+			f.next = now.Add(f.cfg.PollInterval)
+			return
+		}
+		// A long poll answered: ask again at once (the companion holds the
+		// next ask until something changes), so that a change right after
+		// this one waits for neither a tick nor the poll interval.
+		f.poll(r, now)
 	})
 	if err != nil {
 		f.fail(now, fmt.Sprintf("dispatch to cluster %s: %v", f.cfg.Cluster, err))
@@ -157,20 +175,20 @@ func (f *follower) tick(r *rootContext, now time.Time) {
 
 // answer handles the companion's answer: a good one becomes the next table
 // (written to shared data if anything changed), anything else keeps the last
-// good table.
-func (f *follower) answer(r *rootContext, a callAnswer, now time.Time) {
+// good table. It reports whether the answer was good.
+func (f *follower) answer(r *rootContext, a callAnswer, now time.Time) bool {
 	switch {
 	case a.status == 0:
 		f.fail(now, "no answer (reset or timeout)")
-		return
+		return false
 	case a.status != 200:
 		f.fail(now, fmt.Sprintf("status %d", a.status))
-		return
+		return false
 	}
 	d, err := f.base.ParseDiscovered(a.body)
 	if err != nil {
 		f.fail(now, "bad answer: "+err.Error())
-		return
+		return false
 	}
 	if f.failing {
 		abi.LogInfof("pdroute: discovery: companion answers again (version %d)", d.Version)
@@ -189,7 +207,7 @@ func (f *follower) answer(r *rootContext, a callAnswer, now time.Time) {
 			prev, cas = t, c
 		}
 	} else if !errors.Is(err, lb.ErrNotFound) {
-		return
+		return true
 	}
 	busy := func(pool string, slot int) bool {
 		if pool == "prefill" {
@@ -202,10 +220,10 @@ func (f *follower) answer(r *rootContext, a callAnswer, now time.Time) {
 		if prev.Gen != f.table.Gen {
 			f.apply(r, prev)
 		}
-		return
+		return true
 	}
 	if err := r.store.Set(discoveryTableKey, next.Encode(), cas); err != nil {
-		return // another VM wrote: its table wins, this VM reads it next tick
+		return true // another VM wrote: its table wins, this VM reads it next tick
 	}
 	var gen [8]byte
 	binary.LittleEndian.PutUint64(gen[:], next.Gen)
@@ -229,6 +247,7 @@ func (f *follower) answer(r *rootContext, a callAnswer, now time.Time) {
 		abi.LogInfof("pdroute: discovery: version %d: prefill %s, decode %s", next.Version,
 			change(old.Prefill, next.Prefill), change(old.Decode, next.Decode))
 	}
+	return true
 }
 
 // change describes a pool's change for the log: "3 (+1 -0, 1 draining)".
