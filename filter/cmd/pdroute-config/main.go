@@ -67,8 +67,12 @@ func summary(c *config.Config) string {
 	if c.ThresholdTokens > 0 {
 		threshold = fmt.Sprintf("disaggregate at >= %d tokens", c.ThresholdTokens)
 	}
-	return fmt.Sprintf("mode %s, %s, paths %s, prefill %s, decode %s, on_prefill_failure %s",
+	out := fmt.Sprintf("mode %s, %s, paths %s, prefill %s, decode %s, on_prefill_failure %s",
 		c.Mode, threshold, strings.Join(c.Paths, " "), pool(c.Prefill), pool(c.Decode), c.OnPrefillFailure)
+	if d := c.Discovery; d != nil {
+		out += fmt.Sprintf(", pools discovered from cluster %s (%s)", d.Cluster, d.Path)
+	}
+	return out
 }
 
 func pool(p config.Pool) string {
