@@ -116,8 +116,13 @@ func TestDiscoveryFile(t *testing.T) {
 	if after := prefillCount(t, p0); after != before {
 		t.Fatalf("prefill-0 got %d requests after it left", after-before)
 	}
-	if d, err := s.Debug(ctx); err != nil || d.Inflight() != 0 {
+	d, err := s.Debug(ctx)
+	if err != nil || d.Inflight() != 0 {
 		t.Fatalf("in-flight after the requests: %v %v", d, err)
+	}
+	// prefill-0 drains (round_robin counts no in-flight: 30 s at least).
+	if d.Discovery == nil || d.Discovery.Draining["prefill"] != 1 || len(d.Pools["prefill"]) != 1 {
+		t.Fatalf("discovery state after prefill-0 left: %+v, pools %v", d.Discovery, d.Pools)
 	}
 
 	// The companion stops: the last sets keep serving, the failure counts.
