@@ -8,7 +8,8 @@
 // One root context per plugin per VM holds the parsed configuration, the
 // balancers (state in shared data, so correct across Envoy workers), the
 // metrics and the tick-driven work (engine stats scraping; lmcache's KV-ready
-// long poll). One stream per request runs the state machine of stream.go.
+// long poll; following the discovery companion, discovery.go). One stream per
+// request runs the state machine of stream.go.
 //
 // Rules of the wasm VM hold here: no goroutines, timers or sleeps (time comes
 // from time.Now, work from ticks and http-call answers), no host call outside
