@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,3 +130,29 @@ func (s *Stack) StartEngine(role mocks.Role, spec EngineSpec) (*Engine, error) {
 
 // poolsPath is where a DiscoveryFile stack keeps its pools file.
 func poolsPath(dir string) string { return filepath.Join(dir, PoolsFileName) }
+
+// StartProxy starts one more emulated proxy with the stack's bootstrap (the
+// same filter configuration, clusters and engines; its own listener on a
+// port the kernel picks), as a second gateway replica would be, and returns
+// its URL. It is closed with the stack. Emulator stacks only.
+func (s *Stack) StartProxy() (string, error) {
+	if s.Topology.Proxy != Emulator {
+		return "", fmt.Errorf("stack: StartProxy needs the emulator")
+	}
+	yml, err := os.ReadFile(s.BootstrapPath)
+	if err != nil {
+		return "", err
+	}
+	// The first proxy's listener and admin ports are in the file: let the
+	// kernel pick this one's.
+	for _, addr := range []string{s.proxy.listenerAddr(), s.proxy.adminAddr()} {
+		_, port, _ := strings.Cut(addr, ":")
+		yml = []byte(strings.Replace(string(yml), "port_value: "+port+"\n", "port_value: 0\n", 1))
+	}
+	p, err := startEmulator(yml, s.Topology, s.logs)
+	if err != nil {
+		return "", err
+	}
+	s.more = append(s.more, p)
+	return "http://" + p.listenerAddr(), nil
+}

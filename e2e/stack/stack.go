@@ -40,8 +40,10 @@ type Stack struct {
 	PoolsFile string
 
 	disc *discoveryRun
-	// extra are engines started by StartEngine.
+	// extra are engines started by StartEngine, more the proxies of
+	// StartProxy.
 	extra   []*Engine
+	more    []proxyRunner
 	proxy   proxyRunner
 	logs    *lineRing
 	tempDir string
@@ -337,6 +339,10 @@ func (s *Stack) Close() error {
 		errs = append(errs, s.proxy.close())
 		s.proxy = nil
 	}
+	for _, p := range s.more {
+		errs = append(errs, p.close())
+	}
+	s.more = nil
 	for _, e := range append(s.Engines(), s.extra...) {
 		if e.Server != nil {
 			errs = append(errs, e.Server.Close())
