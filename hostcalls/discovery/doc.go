@@ -14,4 +14,8 @@
 // companion never tells the filter that a pool is empty: the filter keeps
 // routing by its last good sets meanwhile. A source that fails later keeps
 // its last list.
+//
+// Scraper scrapes every engine of the sets once per interval and serves the
+// stats on GET /v1/stats, so that the engines' /metrics load does not grow
+// with the number of proxies.
 package discovery
