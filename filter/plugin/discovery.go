@@ -154,10 +154,15 @@ func (f *follower) poll(r *rootContext, now time.Time) {
 		"&wait_ms=" + strconv.FormatInt(f.cfg.Wait.Milliseconds(), 10)
 	headers := [][2]string{{":method", "GET"}, {":path", path}, {":authority", "pdroute-discovery"}}
 	timeout := uint32((f.cfg.Wait + 2*time.Second) / time.Millisecond)
+	asked, started := f.table.Version, now
 	_, err := abi.DispatchHttpCall(f.cfg.Cluster, headers, nil, nil, timeout, func(numHeaders, bodySize, _ int) {
 		f.polling = false
 		now := time.Now()
-		if !f.answer(r, readCallAnswer(numHeaders, bodySize), now) || f.cfg.Wait == 0 {
+		good := f.answer(r, readCallAnswer(numHeaders, bodySize), now)
+		// An answer that came back at once with the version asked for is
+		// not a long poll (a companion that does not wait): pace it.
+		quickSame := f.table.Version == asked && now.Sub(started) < f.cfg.PollInterval
+		if !good || f.cfg.Wait == 0 || quickSame {
 			f.next = now.Add(f.cfg.PollInterval)
 			return
 		}
