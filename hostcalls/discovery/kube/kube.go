@@ -237,14 +237,19 @@ func (k *Source) endpoint(p *corev1.Pod, both bool) (discovery.Endpoint, error) 
 		name += "." + k.pool
 	}
 	e := discovery.Endpoint{Name: discovery.SafeName(name), Address: netip.AddrPortFrom(ip, uint16(port)).String()}
-	if e.BootstrapPort, err = portSetting(setting(AnnotationBootstrapPort), 0); err != nil {
-		return e, fmt.Errorf("%s: %v", AnnotationBootstrapPort, err)
+	// A pod in both pools carries the settings of both roles; each pool
+	// takes its own (the filter refuses a bootstrap port on a decoder and a
+	// KV receiver on a prefiller).
+	if k.pool == "prefill" {
+		if e.BootstrapPort, err = portSetting(setting(AnnotationBootstrapPort), 0); err != nil {
+			return e, fmt.Errorf("%s: %v", AnnotationBootstrapPort, err)
+		}
 	}
 	if e.MetricsPort, err = portSetting(setting(AnnotationMetricsPort), 0); err != nil {
 		return e, fmt.Errorf("%s: %v", AnnotationMetricsPort, err)
 	}
 	init, alloc := setting(AnnotationKVInitPorts), setting(AnnotationKVAllocPorts)
-	if init != "" || alloc != "" {
+	if k.pool == "decode" && (init != "" || alloc != "") {
 		r := &discovery.KVReceiver{Host: setting(AnnotationKVReceiverHost)}
 		if r.InitPorts, err = ports(init); err != nil {
 			return e, fmt.Errorf("%s: %v", AnnotationKVInitPorts, err)

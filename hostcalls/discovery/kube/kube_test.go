@@ -69,7 +69,8 @@ func TestPods(t *testing.T) {
 	client := fake.NewSimpleClientset(
 		pod("p0", "prefill", "10.0.0.1", true, map[string]string{AnnotationBootstrapPort: "8998"}),
 		pod("d0", "decode", "10.0.0.2", true, map[string]string{AnnotationKVInitPorts: "7300,7301", AnnotationKVAllocPorts: "7400,7401", AnnotationMetricsPort: "9090"}),
-		pod("b0", "both", "10.0.0.3", true, map[string]string{AnnotationPort: "8100"}),
+		pod("b0", "both", "10.0.0.3", true, map[string]string{AnnotationPort: "8100", AnnotationBootstrapPort: "8998",
+			AnnotationKVInitPorts: "7300", AnnotationKVAllocPorts: "7400"}),
 		pod("p-starting", "prefill", "10.0.0.4", false, nil),
 		pod("p-bad", "prefill", "10.0.0.5", true, map[string]string{AnnotationBootstrapPort: "many"}),
 		pod("other", "router", "10.0.0.6", true, nil),
@@ -84,12 +85,15 @@ func TestPods(t *testing.T) {
 		go src.Run(ctx, got.set(i))
 	}
 	pre := got.wait(t, 0, "b0.prefill@10.0.0.3:8100 p0@10.0.0.1:8000")
-	if pre[1].BootstrapPort != 8998 {
-		t.Errorf("bootstrap port %+v", pre[1])
+	if pre[1].BootstrapPort != 8998 || pre[0].BootstrapPort != 8998 || pre[0].KVReceiver != nil {
+		t.Errorf("prefill settings %+v", pre)
 	}
 	dec := got.wait(t, 1, "b0.decode@10.0.0.3:8100 d0@10.0.0.2:8000")
 	if r := dec[1].KVReceiver; r == nil || len(r.InitPorts) != 2 || r.AllocPorts[1] != 7401 || dec[1].MetricsPort != 9090 {
 		t.Errorf("d0 %+v", dec[1])
+	}
+	if dec[0].BootstrapPort != 0 || dec[0].KVReceiver == nil {
+		t.Errorf("b0 as a decoder %+v", dec[0])
 	}
 
 	pods := client.CoreV1().Pods("llm")
