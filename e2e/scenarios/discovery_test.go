@@ -302,3 +302,23 @@ func BenchmarkDiscoveryChangeToRoute(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms")
 	}
 }
+
+// TestDiscoveryModes: discovered endpoints carry each mode's per-engine
+// settings (lmcache's kv_receiver, sglang's bootstrap_port) from the pools
+// file to the filter.
+func TestDiscoveryModes(t *testing.T) {
+	for _, mode := range []config.Mode{config.ModeLMCache, config.ModeSGLang, config.ModeOrchestrated} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := start(t, stack.Topology{Mode: mode, Discovery: stack.DiscoveryFile,
+				Prefill: engines(1, stack.EngineSpec{Latency: fast}), Decode: engines(1, stack.EngineSpec{Latency: fast})})
+			r := post(t, s, "/v1/chat/completions", chat(longPrompt, nil), nil)
+			r.expect(t, http.StatusOK, "disagg")
+			if r.Header.Get("x-pdroute-prefill") != s.Prefill[0].Name || r.Header.Get("x-pdroute-decode") != s.Decode[0].Name {
+				t.Errorf("routed by %q / %q", r.Header.Get("x-pdroute-prefill"), r.Header.Get("x-pdroute-decode"))
+			}
+			if mode == config.ModeLMCache && r.kv() != "transferred" {
+				t.Errorf("lmcache decoder says %q (%s)", r.kv(), r.Header.Get("x-mock-kv-reason"))
+			}
+		})
+	}
+}
