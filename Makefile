@@ -64,7 +64,7 @@ bench: build ## every benchmark area (~5 min; output in build/bench/); figures g
 demo: build ## start the stack on loopback, send three requests, print what happened
 	$(BUILD)/pdroute-dev -demo -module $(WASM)
 
-dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_ADDR=127.0.0.1:10000, PDROUTE_DEV_ADMIN_PORT=9901, PDROUTE_DEV_ENGINE_PORT=8100 (to 8103), PDROUTE_DEV_KVBRIDGE_PORT=7500 (and 7501); 0 = a free port)
+dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDROUTE_DEV_DISCOVERY=file, PDROUTE_DEV_ADDR=127.0.0.1:10000, PDROUTE_DEV_ADMIN_PORT=9901, PDROUTE_DEV_ENGINE_PORT=8100 (to 8103), PDROUTE_DEV_KVBRIDGE_PORT=7500 (and 7501); 0 = a free port)
 	$(BUILD)/pdroute-dev -module $(WASM)
 
 e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)

@@ -66,6 +66,13 @@ type Balancer struct {
 	// Heartbeat renews their claims; probeBeat is the last renewal (unix ns).
 	probes    []*Lease
 	probeBeat int64
+	// wbuf is the scratch of an in-flight value widened to this pool's width.
+	wbuf []byte
+	// dynamic: the endpoints change at run time (see NewDynamic); index i is a
+	// slot, cfg.Endpoints has one entry per slot (empty names are free or
+	// draining slots), and shared values of another width are widened rather
+	// than replaced.
+	dynamic bool
 }
 
 type poolKeys struct{ rotation, inflight, health, stats, qps string }
@@ -110,7 +117,11 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		b.nameHash[i] = mix64(h.Sum64())
 		b.all[i] = i
 	}
-	base := fmt.Sprintf("lb/%s/%016x/", pool, fp.Sum64())
+	b.setKeys(fmt.Sprintf("lb/%s/%016x/", pool, fp.Sum64()))
+	return b, nil
+}
+
+func (b *Balancer) setKeys(base string) {
 	b.keys = poolKeys{
 		rotation: base + "rotation",
 		inflight: base + "inflight",
@@ -118,7 +129,6 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		stats:    base + "stats",
 		qps:      base + "qps",
 	}
-	return b, nil
 }
 
 // Pick chooses an endpoint at time now. prefixKey is the request's prompt-prefix
@@ -332,8 +342,11 @@ func (b *Balancer) qpsBucket(now time.Time) int64 { return now.UnixNano() / b.qp
 // window in the future (which only garbage can be, as VMs share one clock).
 func (b *Balancer) qpsWindow(cur []byte, bucket int64) qpsView {
 	q, ok := parseQPS(cur)
-	if !ok || q.len() != len(b.all) || q.width() != b.qpsWidth() || q.head() > bucket+qpsBuckets {
-		b.buf = newQPS(b.buf, len(b.all), b.qpsWidth(), bucket)
+	if !ok || !b.fits(q.len()) || q.width() != b.qpsWidth() || q.head() > bucket+qpsBuckets {
+		b.buf = newQPS(b.buf, b.n(), b.qpsWidth(), bucket)
+		q = qpsView(b.buf)
+	} else if q.len() < b.n() {
+		b.buf = widenQPS(q, b.n())
 		q = qpsView(b.buf)
 	}
 	q.advance(bucket)
@@ -342,7 +355,10 @@ func (b *Balancer) qpsWindow(cur []byte, bucket int64) qpsView {
 
 // loadStats returns this pool's engine stats, or nil (all missing).
 func (b *Balancer) loadStats() statsView {
-	if v, ok := parseStats(b.read(b.keys.stats)); ok && v.len() == len(b.all) {
+	if v, ok := parseStats(b.read(b.keys.stats)); ok && b.fits(v.len()) {
+		if v.len() < b.n() {
+			return widenStats(nil, v, b.n())
+		}
 		return v
 	}
 	return nil

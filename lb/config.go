@@ -160,6 +160,31 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
 // Validate checks what lb relies on and returns a *FieldError for the first problem.
 func (c *PoolConfig) Validate() error {
+	if err := c.validateSettings(); err != nil {
+		return err
+	}
+	if len(c.Endpoints) == 0 || len(c.Endpoints) > MaxEndpoints {
+		return &FieldError{"endpoints", fmt.Sprintf("need 1 to %d endpoints, have %d", MaxEndpoints, len(c.Endpoints))}
+	}
+	seen := make(map[string]int, len(c.Endpoints))
+	for i, e := range c.Endpoints {
+		field := fmt.Sprintf("endpoints[%d].name", i)
+		if e.Name == "" {
+			return &FieldError{field, "must not be empty"}
+		}
+		if j, dup := seen[e.Name]; dup {
+			return &FieldError{field, fmt.Sprintf("%q already names endpoints[%d]", e.Name, j)}
+		}
+		seen[e.Name] = i
+	}
+	return nil
+}
+
+// ValidateSettings checks everything but the endpoints (a dynamic pool's
+// endpoints are checked by [Balancer.SetEndpoints]).
+func (c *PoolConfig) ValidateSettings() error { return c.validateSettings() }
+
+func (c *PoolConfig) validateSettings() error {
 	if int(c.Strategy) >= len(strategyNames) {
 		return &FieldError{"strategy", "unknown strategy"}
 	}
@@ -192,20 +217,6 @@ func (c *PoolConfig) Validate() error {
 	}
 	if c.FailureThreshold > 0 && c.Cooldown <= 0 {
 		return &FieldError{"cooldown_ms", "must be > 0 when failure_threshold > 0"}
-	}
-	if len(c.Endpoints) == 0 || len(c.Endpoints) > MaxEndpoints {
-		return &FieldError{"endpoints", fmt.Sprintf("need 1 to %d endpoints, have %d", MaxEndpoints, len(c.Endpoints))}
-	}
-	seen := make(map[string]int, len(c.Endpoints))
-	for i, e := range c.Endpoints {
-		field := fmt.Sprintf("endpoints[%d].name", i)
-		if e.Name == "" {
-			return &FieldError{field, "must not be empty"}
-		}
-		if j, dup := seen[e.Name]; dup {
-			return &FieldError{field, fmt.Sprintf("%q already names endpoints[%d]", e.Name, j)}
-		}
-		seen[e.Name] = i
 	}
 	return nil
 }

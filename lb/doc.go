@@ -50,6 +50,17 @@
 // endpoint set it was taken from, so releasing it after the set changed touches
 // nothing the new set uses.
 //
+// # Dynamic pools
+//
+// A pool made by [NewDynamic] follows a set that changes at run time (discovered
+// endpoints). Its endpoints are indexed by slot, a number every VM agrees on (the
+// filter's discovery table assigns them), and its state lives under fixed keys
+// "lb/<pool>/dyn/<kind>" indexed by slot: an endpoint that keeps its slot keeps its
+// state across changes, a slot with no name gets no picks while its leases release to
+// it, and [Balancer.ResetSlots] clears a slot before it serves a new endpoint. Values
+// only widen (a VM with an older, narrower set never truncates a newer slot's count),
+// up to [MaxSlots].
+//
 // Nothing here imports proxy-wasm packages, starts goroutines, sets timers or
 // sleeps: the package runs inside the wasm VM. Time is passed in as now; randomness
 // comes from an injected [math/rand/v2.Source]. It imports the standard library only.

@@ -60,6 +60,14 @@ func (b *Balancer) state(e healthEntry, t int64) HealthState {
 // decodeHealth loads cur into b.health, all healthy when cur is absent or garbage,
 // and reports whether any endpoint has a health entry.
 func (b *Balancer) decodeHealth(cur []byte) bool {
+	if b.dynamic {
+		if hasHeader(cur, kindHealth, healthHeader) {
+			if n := int(le.Uint16(cur[2:])); n > b.n() && n <= MaxSlots {
+				b.grow(n)
+			}
+		}
+		return parseHealthUpTo(cur, b.health) && len(cur) > healthHeader
+	}
 	return parseHealth(cur, b.health) && len(cur) > healthHeader
 }
 
@@ -80,8 +88,8 @@ func (b *Balancer) loadHealth(now time.Time, l *Lease) int {
 			return nil
 		}
 		usable := b.usableBuf[:0]
-		for i, e := range b.health {
-			switch b.state(e, t) {
+		for _, i := range b.all {
+			switch b.state(b.health[i], t) {
 			case Healthy:
 				usable = append(usable, i)
 			case ProbeDue:

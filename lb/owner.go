@@ -134,7 +134,7 @@ func (b *Balancer) dropProbe(l *Lease) {
 // for refresh, or totals that do not match its live rows.
 func (b *Balancer) needsBeat(cur []byte, t int64) bool {
 	v, ok := parseInflight(cur)
-	if !ok || v.len() != len(b.all) {
+	if !ok || !b.fits(v.len()) {
 		return b.owed
 	}
 	if b.owed {
@@ -177,11 +177,14 @@ func (b *Balancer) expiry(t int64) int64 {
 // if create), and the totals are the sums of the rows kept. It returns the
 // value and the index of this owner's row (-1 if none).
 func (b *Balancer) live(cur []byte, t int64, create bool) (inflightView, int) {
-	n := len(b.all)
-	size := ownerRowHead + 4*n
 	src, ok := parseInflight(cur)
-	if !ok || src.len() != n {
+	if !ok || !b.fits(src.len()) { // fits may widen a dynamic pool first
 		src = nil
+	}
+	n := b.n()
+	size := ownerRowHead + 4*n
+	if src != nil && src.len() < n {
+		src = b.widenInflight(src)
 	}
 	m := 0
 	if src != nil {
@@ -193,7 +196,7 @@ func (b *Balancer) live(cur []byte, t int64, create bool) (inflightView, int) {
 		// row that never expires keeps them.
 		legacy = grow(b.legacy, size)
 		b.legacy = legacy
-		clear(legacy[:ownerRowHead])
+		clear(legacy)
 		le.PutUint64(legacy[8:], neverExpires)
 		copy(legacy[ownerRowHead:], src[inflightHeader:])
 		m = 1
@@ -328,4 +331,33 @@ func (v inflightView) addOwn(own, i int, d int64) {
 	le.PutUint32(row[ownerRowHead+4*i:], uint32(c+d))
 	total := min(max(int64(v.get(i))+d, 0), math.MaxUint32)
 	le.PutUint32(v[inflightHeader+4*i:], uint32(total))
+}
+
+// widenInflight copies v, narrower than this dynamic pool (written by a VM
+// that knew fewer slots), into b.wbuf at the pool's width: the new slots'
+// totals and row counts are zero.
+func (b *Balancer) widenInflight(v inflightView) inflightView {
+	w, n, rows := v.len(), b.n(), v.rows()
+	size := ownerRowHead + 4*n
+	dst := grow(b.wbuf, inflightHeader+4*n+2+rows*size)
+	b.wbuf = dst
+	clear(dst)
+	copy(dst, v[:inflightHeader+4*w])
+	le.PutUint16(dst[2:], uint16(n))
+	if rows == 0 {
+		return inflightView(dst[:inflightHeader+4*n])
+	}
+	le.PutUint16(dst[inflightHeader+4*n:], uint16(rows))
+	for r := range rows {
+		copy(dst[inflightHeader+4*n+2+r*size:], v.row(r))
+	}
+	return inflightView(dst)
+}
+
+// clearSlot zeroes slot i's total and every owner's count of it.
+func (v inflightView) clearSlot(i int) {
+	le.PutUint32(v[inflightHeader+4*i:], 0)
+	for r := range v.rows() {
+		le.PutUint32(v.row(r)[ownerRowHead+4*i:], 0)
+	}
 }

@@ -11,8 +11,8 @@ import (
 // are older than stats_max_age. The filter calls it after scraping /metrics (see
 // [ParseMetrics]). It returns ErrNotRecorded if the write could not be committed.
 func (b *Balancer) PutStats(i int, s EngineStats, observed time.Time) error {
-	if i < 0 || i >= len(b.all) {
-		return fmt.Errorf("lb: endpoint index %d out of range [0, %d)", i, len(b.all))
+	if i < 0 || i >= b.n() || b.cfg.Endpoints[i].Name == "" {
+		return fmt.Errorf("lb: endpoint index %d out of range [0, %d) or not in the pool", i, b.n())
 	}
 	for _, x := range [3]float64{s.Running, s.Waiting, s.KVCacheUsage} {
 		if !(x >= 0) || math.IsInf(x, 1) {
@@ -22,8 +22,12 @@ func (b *Balancer) PutStats(i int, s EngineStats, observed time.Time) error {
 	t := observed.UnixNano()
 	_, ok := b.update(b.keys.stats, func(cur []byte) []byte {
 		v, valid := parseStats(cur)
-		if !valid || v.len() != len(b.all) {
-			b.buf = newStats(b.buf, len(b.all))
+		switch {
+		case !valid || !b.fits(v.len()):
+			b.buf = newStats(b.buf, b.n())
+			v = statsView(b.buf)
+		case v.len() < b.n():
+			b.buf = widenStats(b.buf, v, b.n())
 			v = statsView(b.buf)
 		}
 		v.set(i, s, t)
@@ -65,9 +69,10 @@ func (b *Balancer) CountsInflight() bool { return b.cfg.Strategy.countsInflight(
 func (b *Balancer) CountsRecent() bool { return b.cfg.Strategy == QPS }
 
 // Snapshot reads the pool's shared state at now, one entry per endpoint in
-// configuration order. Unreadable values read as their zero state.
+// configuration order (a dynamic pool: one per slot, with an empty Name for a
+// free or draining slot). Unreadable values read as their zero state.
 func (b *Balancer) Snapshot(now time.Time) []EndpointState {
-	out := make([]EndpointState, len(b.all))
+	out := make([]EndpointState, b.n())
 	var health []byte
 	if b.cfg.FailureThreshold > 0 {
 		health = b.read(b.keys.health)
@@ -88,13 +93,13 @@ func (b *Balancer) Snapshot(now time.Time) []EndpointState {
 		e.Name = b.cfg.Endpoints[i].Name
 		e.Health = b.state(b.health[i], t)
 		e.ConsecutiveFailures = int(b.health[i].failures)
-		if inflight != nil && inflight.len() == len(b.all) {
+		if inflight != nil && i < inflight.len() && b.fits(inflight.len()) {
 			e.Inflight = inflight.get(i)
 		}
-		if window != nil {
+		if window != nil && i < window.len() {
 			e.RecentRequests = window.total(i)
 		}
-		if stats != nil {
+		if stats != nil && i < stats.len() {
 			var observed int64
 			e.Stats, observed = stats.get(i)
 			if observed != 0 {

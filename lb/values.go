@@ -156,6 +156,22 @@ func parseHealth(v []byte, dense []healthEntry) bool {
 	return true
 }
 
+// parseHealthUpTo is parseHealth for a dynamic pool: a value written for fewer
+// slots than len(dense) is accepted (the slots it lacks are healthy).
+func parseHealthUpTo(v []byte, dense []healthEntry) bool {
+	if !hasHeader(v, kindHealth, healthHeader) {
+		clear(dense)
+		return false
+	}
+	n := int(le.Uint16(v[2:]))
+	if n > len(dense) {
+		clear(dense)
+		return false
+	}
+	clear(dense[n:])
+	return parseHealth(v, dense[:n])
+}
+
 func appendHealth(dst []byte, dense []healthEntry) []byte {
 	m := 0
 	for _, e := range dense {
@@ -213,6 +229,13 @@ func newStats(dst []byte, n int) statsView {
 }
 
 func (v statsView) len() int { return int(le.Uint16(v[2:])) }
+
+// widenStats returns v with n >= v.len() entries, the new ones never observed.
+func widenStats(dst []byte, v statsView, n int) statsView {
+	w := newStats(dst, n)
+	copy(w[statsHeader:], v[statsHeader:])
+	return w
+}
 
 // get returns endpoint i's stats and observation time (unix ns, 0 = never stored).
 func (v statsView) get(i int) (EngineStats, int64) {
@@ -277,7 +300,19 @@ func newQPS(dst []byte, n int, width, head int64) qpsView {
 	return qpsView(v)
 }
 
-func (q qpsView) len() int           { return int(le.Uint16(q[2:])) }
+func (q qpsView) len() int { return int(le.Uint16(q[2:])) }
+
+// widenQPS returns q with n >= q.len() endpoints (same width and head), the new
+// ones with no requests.
+func widenQPS(q qpsView, n int) []byte {
+	w := newQPS(nil, n, q.width(), q.head())
+	m := q.len()
+	copy(w[qpsHeader:], q[qpsHeader:qpsHeader+4*m])
+	for b := int64(0); b < qpsBuckets; b++ {
+		copy(w[w.slotOffset(b, 0):], q[q.slotOffset(b, 0):q.slotOffset(b, 0)+2*m])
+	}
+	return w
+}
 func (q qpsView) width() int64       { return int64(le.Uint64(q[5:])) }
 func (q qpsView) head() int64        { return int64(le.Uint64(q[13:])) }
 func (q qpsView) total(i int) uint32 { return le.Uint32(q[qpsHeader+4*i:]) }

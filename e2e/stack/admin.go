@@ -168,6 +168,14 @@ type DebugState struct {
 	// lmcache streams waiting for KV.
 	VMStreams   int `json:"vm_streams"`
 	VMKVWaiting int `json:"vm_kv_waiting"`
+	// Discovery is the discovered pools' table the answering VM routes by
+	// (nil without discovery): the companion's version, the table's
+	// generation, and the departed endpoints still draining per pool.
+	Discovery *struct {
+		Version  int64          `json:"version"`
+		Gen      uint64         `json:"gen"`
+		Draining map[string]int `json:"draining"`
+	} `json:"discovery"`
 }
 
 // DebugEndpoint is one endpoint's shared balancer state; the fields mirror

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -19,12 +20,18 @@ type KVBridge struct {
 	svc      *kvbridge.Service
 	cancel   context.CancelFunc
 	done     chan error
+	handlers map[string]http.Handler
 }
 
 // StartKVBridge starts kvbridge with its PULL socket on zmqBind and its HTTP
 // API on httpAddr (port 0: the kernel picks; Restart keeps the ports).
 func StartKVBridge(zmqBind, httpAddr string) (*KVBridge, error) {
-	k := &KVBridge{}
+	return startKVBridge(zmqBind, httpAddr, nil)
+}
+
+// startKVBridge is StartKVBridge serving handlers too (the discovery API).
+func startKVBridge(zmqBind, httpAddr string, handlers map[string]http.Handler) (*KVBridge, error) {
+	k := &KVBridge{handlers: handlers}
 	if err := k.start(zmqBind, httpAddr); err != nil {
 		return nil, err
 	}
@@ -36,7 +43,7 @@ func StartKVBridge(zmqBind, httpAddr string) (*KVBridge, error) {
 const rebindTimeout = 5 * time.Second
 
 func (k *KVBridge) start(zmqBind, httpAddr string) error {
-	svc, err := kvbridge.New(kvbridge.Config{ZMQBind: zmqBind, HTTPAddr: httpAddr})
+	svc, err := kvbridge.New(kvbridge.Config{ZMQBind: zmqBind, HTTPAddr: httpAddr, Handlers: k.handlers})
 	if err != nil {
 		return fmt.Errorf("stack: kvbridge: %w", err)
 	}
@@ -90,6 +97,14 @@ func (k *KVBridge) Restart() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Stop stops kvbridge and leaves it stopped (Restart starts it again): the
+// companion is down.
+func (k *KVBridge) Stop() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.stop()
 }
 
 // Close stops kvbridge.

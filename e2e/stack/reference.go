@@ -31,17 +31,31 @@ const ReferenceWasmFile = "build/pdroute.wasm"
 // ReferenceBootstrap renders e2e/envoy/envoy.yaml: DevTopology in nixl mode,
 // with the engines' planned addresses (nothing is started). `pdroute-dev
 // -proxy envoy` in nixl mode runs the same file but for the module path.
-func ReferenceBootstrap() ([]byte, error) { return referenceBootstrap(false) }
+func ReferenceBootstrap() ([]byte, error) {
+	return referenceBootstrap(DevTopology(config.ModeNIXL))
+}
 
 // ReferenceBootstrapNoFlag renders e2e/envoy/envoy-1.33.yaml: ReferenceBootstrap
 // without allow_on_headers_stop_iteration, which Envoy 1.33 and 1.34 reject as an
 // unknown field. Requests take pdroute's headers way (route_at auto).
-func ReferenceBootstrapNoFlag() ([]byte, error) { return referenceBootstrap(true) }
+func ReferenceBootstrapNoFlag() ([]byte, error) {
+	t := DevTopology(config.ModeNIXL)
+	t.NoStopIteration = true
+	return referenceBootstrap(t)
+}
 
-func referenceBootstrap(noFlag bool) ([]byte, error) {
-	topo := DevTopology(config.ModeNIXL)
-	topo.NoStopIteration = noFlag
-	t, err := topo.withDefaults()
+// ReferenceDiscoveryBootstrap renders e2e/envoy/envoy-discovery.yaml: the
+// same stack with discovered pools (`PDROUTE_DEV_DISCOVERY=file make dev`):
+// no engine cluster, the pools from the discovery companion in kvbridge
+// (kvbridge -discovery), engines reached through the ORIGINAL_DST cluster.
+func ReferenceDiscoveryBootstrap() ([]byte, error) {
+	t := DevTopology(config.ModeNIXL)
+	t.Discovery = DiscoveryFile
+	return referenceBootstrap(t)
+}
+
+func referenceBootstrap(t Topology) ([]byte, error) {
+	t, err := t.withDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,15 @@ type Stack struct {
 	BootstrapPath string
 	// WasmFile is the wasm module.
 	WasmFile string
+	// PoolsFile is the discovery companion's pools file (Topology.Discovery
+	// DiscoveryFile), else "".
+	PoolsFile string
 
+	disc *discoveryRun
+	// extra are engines started by StartEngine, more the proxies of
+	// StartProxy.
+	extra   []*Engine
+	more    []proxyRunner
 	proxy   proxyRunner
 	logs    *lineRing
 	tempDir string
@@ -79,9 +87,27 @@ func Start(ctx context.Context, t Topology) (st *Stack, err error) {
 			s.Close()
 		}
 	}()
-	if t.Mode == config.ModeLMCache {
+	dir := t.ConfigDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "pdroute-stack-"); err != nil {
+			return nil, err
+		}
+		s.tempDir = dir
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var handlers map[string]http.Handler
+	if t.Discovery == DiscoveryFile {
+		s.PoolsFile = poolsPath(dir)
+		_ = os.Remove(s.PoolsFile) // a dev directory's file of a previous run
+		if s.disc, err = startDiscovery(s.PoolsFile, t.CompanionScrape); err != nil {
+			return nil, err
+		}
+		handlers = s.disc.handlers()
+	}
+	if t.Mode == config.ModeLMCache || handlers != nil {
 		zmq, httpAddr := loopback(t.Ports.KVBridgeZMQ), loopback(t.Ports.KVBridgeHTTP)
-		if s.KVBridge, err = StartKVBridge("tcp://"+zmq, httpAddr); err != nil {
+		if s.KVBridge, err = startKVBridge("tcp://"+zmq, httpAddr, handlers); err != nil {
 			return nil, err
 		}
 	}
@@ -95,6 +121,11 @@ func Start(ctx context.Context, t Topology) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.PoolsFile != "" {
+		if err := s.WritePools(s.Prefill, s.Decode); err != nil {
+			return nil, err
+		}
+	}
 	if s.PluginConfig, err = pluginJSON(t, s.Prefill, s.Decode); err != nil {
 		return nil, err
 	}
@@ -106,15 +137,6 @@ func Start(ctx context.Context, t Topology) (st *Stack, err error) {
 		if s.WasmFile, err = wasmbuild.Build(PluginPackage); err != nil {
 			return nil, err
 		}
-	}
-	dir := t.ConfigDir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "pdroute-stack-"); err != nil {
-			return nil, err
-		}
-		s.tempDir = dir
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
 	}
 	listener := net.JoinHostPort(t.ListenerIP, strconv.Itoa(int(t.Ports.Listener)))
 	admin := loopback(t.Ports.Admin)
@@ -242,9 +264,16 @@ func (s *Stack) waitReady(ctx context.Context) error {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				if s.PoolsFile == "" {
+					return nil
+				}
+				err = s.discovered(ctx, len(s.Prefill), len(s.Decode))
+				if err == nil {
+					return nil
+				}
+			} else {
+				err = fmt.Errorf("debug path answered %d", resp.StatusCode)
 			}
-			err = fmt.Errorf("debug path answered %d", resp.StatusCode)
 		}
 		last = err
 		if perr := s.proxy.exited(); perr != nil {
@@ -256,6 +285,19 @@ func (s *Stack) waitReady(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// discovered checks that the filter routes by pools of the given sizes.
+func (s *Stack) discovered(ctx context.Context, prefill, decode int) error {
+	d, err := s.Debug(ctx)
+	if err != nil {
+		return err
+	}
+	if len(d.Pools["prefill"]) != prefill || len(d.Pools["decode"]) != decode {
+		return fmt.Errorf("filter has %d prefill and %d decode endpoints, want %d and %d",
+			len(d.Pools["prefill"]), len(d.Pools["decode"]), prefill, decode)
+	}
+	return nil
 }
 
 // Engines returns every engine, prefill first.
@@ -299,12 +341,18 @@ func (s *Stack) Close() error {
 		errs = append(errs, s.proxy.close())
 		s.proxy = nil
 	}
-	for _, e := range s.Engines() {
+	for _, p := range s.more {
+		errs = append(errs, p.close())
+	}
+	s.more = nil
+	for _, e := range append(s.Engines(), s.extra...) {
 		if e.Server != nil {
 			errs = append(errs, e.Server.Close())
 		}
 	}
-	s.Prefill, s.Decode = nil, nil
+	s.Prefill, s.Decode, s.extra = nil, nil, nil
+	s.disc.close()
+	s.disc = nil
 	if s.KVBridge != nil {
 		errs = append(errs, s.KVBridge.Close())
 		s.KVBridge = nil

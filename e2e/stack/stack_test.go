@@ -13,7 +13,7 @@ import (
 	"github.com/pdroute/pdroute/e2e/envoyemu"
 )
 
-var update = flag.Bool("update", false, "rewrite e2e/envoy/envoy.yaml from the generator")
+var update = flag.Bool("update", false, "rewrite e2e/envoy/envoy.yaml and envoy-discovery.yaml from the generator")
 
 // referencePath is the checked-in bootstrap, relative to this package.
 var referencePath = filepath.Join("..", "envoy", "envoy.yaml")
@@ -22,7 +22,16 @@ var referencePath = filepath.Join("..", "envoy", "envoy.yaml")
 // so the real-Envoy config and the dev/test configs cannot drift; it also
 // checks that the emulator accepts the file as written.
 func TestEnvoyYAML(t *testing.T) {
-	got, err := ReferenceBootstrap()
+	testReference(t, referencePath, ReferenceBootstrap)
+}
+
+// TestEnvoyDiscoveryYAML does the same for e2e/envoy/envoy-discovery.yaml.
+func TestEnvoyDiscoveryYAML(t *testing.T) {
+	testReference(t, filepath.Join("..", "envoy", "envoy-discovery.yaml"), ReferenceDiscoveryBootstrap)
+}
+
+func testReference(t *testing.T, referencePath string, render func() ([]byte, error)) {
+	got, err := render()
 	if err != nil {
 		t.Fatal(err)
 	}

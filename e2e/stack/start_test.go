@@ -123,6 +123,7 @@ func TestStartErrors(t *testing.T) {
 		{"empty pool", Topology{Mode: config.ModeNIXL, Decode: []EngineSpec{}}, "both pools need at least one engine"},
 		{"bad plugin override", Topology{Mode: config.ModeNIXL, Plugin: map[string]any{"on_prefill_failure": "retry"}}, "on_prefill_failure"},
 		{"bad proxy", Topology{Mode: config.ModeNIXL, Proxy: "nginx"}, `unknown proxy "nginx"`},
+		{"bad discovery", Topology{Mode: config.ModeNIXL, Discovery: "consul"}, `unknown discovery "consul"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Start(context.Background(), tc.topo)

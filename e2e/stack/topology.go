@@ -96,7 +96,23 @@ type Topology struct {
 	// LogLevel is the proxy's log level: trace, debug, info, warning, error
 	// or critical. Default "info".
 	LogLevel string
+	// Discovery is how the filter learns the pools: "" (DiscoveryNone) lists
+	// them in the plugin configuration; DiscoveryFile runs the discovery
+	// companion (in kvbridge) on a pools file the stack writes (PoolsFile),
+	// every engine by address, and the plugin configuration lists none.
+	Discovery string
+	// CompanionScrape, with DiscoveryFile, makes the companion scrape every
+	// engine this often and serve GET /v1/stats (kvbridge
+	// -discovery-scrape-interval); the plugin configuration then needs
+	// "discovery": {"stats": true} to read them. Zero: off.
+	CompanionScrape time.Duration
 }
+
+// Discovery kinds of a Topology.
+const (
+	DiscoveryNone = ""
+	DiscoveryFile = "file"
+)
 
 // EngineSpec describes one mock engine and its endpoint entry.
 type EngineSpec struct {
@@ -185,7 +201,24 @@ func (t Topology) withDefaults() (Topology, error) {
 	if t.LogLevel == "" {
 		t.LogLevel = "info"
 	}
+	switch t.Discovery {
+	case DiscoveryNone:
+	case DiscoveryFile:
+		// Discovered endpoints are reached by address.
+		t.Prefill, t.Decode = byAddress(t.Prefill), byAddress(t.Decode)
+	default:
+		return t, fmt.Errorf("stack: unknown discovery %q (want %q or %q)", t.Discovery, DiscoveryNone, DiscoveryFile)
+	}
 	return t, nil
+}
+
+func byAddress(specs []EngineSpec) []EngineSpec {
+	out := make([]EngineSpec, len(specs))
+	for i, s := range specs {
+		s.ByAddress = true
+		out[i] = s
+	}
+	return out
 }
 
 // engineKind is the mock engine a mode talks to.
@@ -233,6 +266,9 @@ func endpointJSON(mode config.Mode, e *Engine) map[string]any {
 // t.Plugin laid over it, indented (it is read by people in envoy.yaml).
 func pluginJSON(t Topology, prefill, decode []*Engine) ([]byte, error) {
 	pool := func(es []*Engine) map[string]any {
+		if t.Discovery != DiscoveryNone {
+			return map[string]any{}
+		}
 		list := make([]any, len(es))
 		for i, e := range es {
 			list[i] = endpointJSON(t.Mode, e)
@@ -249,6 +285,9 @@ func pluginJSON(t Topology, prefill, decode []*Engine) ([]byte, error) {
 	}
 	if t.Mode == config.ModeLMCache {
 		cfg["lmcache"] = map[string]any{"kvbridge_cluster": KVBridgeCluster}
+	}
+	if t.Discovery != DiscoveryNone {
+		cfg["discovery"] = map[string]any{"cluster": KVBridgeCluster}
 	}
 	merge(cfg, t.Plugin)
 	return json.MarshalIndent(cfg, "", "  ")

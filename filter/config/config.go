@@ -199,6 +199,40 @@ type Config struct {
 	// SGLang ("sglang") has no settings today; the (empty) section is
 	// accepted in sglang mode only, so a misplaced section is caught.
 	SGLang SGLang
+	// Discovery ("discovery"), when set, makes both pools follow the
+	// discovery companion (hostcalls/discovery): the pools' endpoints may
+	// then be empty, and those listed serve until the companion first
+	// answers. Nil: the pools are the fixed lists above.
+	Discovery *Discovery
+}
+
+// Discovery holds the discovery settings: where the filter asks for the
+// current endpoint sets (see ParseDiscovered for the answer).
+type Discovery struct {
+	// Cluster ("cluster") is the Envoy cluster of the companion. Default
+	// "kvbridge": the discovery API is served by the kvbridge binary.
+	Cluster string
+	// Path ("path") is the companion's pools path. Default "/v1/pools".
+	Path string
+	// Wait ("wait_ms") is the long poll: the companion answers as soon as
+	// the sets change, or after Wait with the same version. Default 5 s;
+	// 0 makes every VM-elected poll an immediate answer (then the filter
+	// polls every PollInterval). At most 30 s.
+	Wait time.Duration
+	// PollInterval ("poll_interval_ms") is the pause after a failed poll
+	// (and between polls when wait_ms is 0); after a long poll answered the
+	// filter asks again at once. Default 500 ms: a failure is retried twice
+	// a second. At most 1 s.
+	PollInterval time.Duration
+	// Stats ("stats"): engine stats come from the companion's GET
+	// /v1/stats (kvbridge -discovery-scrape-interval), one call per
+	// stats_scrape_interval_ms per proxy, instead of every engine's
+	// /metrics: the engines see one scrape per interval per companion,
+	// whatever the number of proxies. Default false.
+	Stats bool
+	// StatsPath ("stats_path") is the companion's stats path. Default
+	// "/v1/stats".
+	StatsPath string
 }
 
 // Pool is one pool of engine endpoints and how to balance over them. The

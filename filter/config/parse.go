@@ -406,6 +406,21 @@ func (p *parser) root(c *Config, v gjson.Result) {
 			p.sglang = true
 			p.object(path, v, fields{})
 		},
+		"discovery": func(path string, v gjson.Result) {
+			if v.Type == gjson.Null {
+				return
+			}
+			d := &Discovery{Cluster: "kvbridge", Path: "/v1/pools", Wait: 5 * time.Second, PollInterval: 500 * time.Millisecond, StatsPath: "/v1/stats"}
+			c.Discovery = d
+			p.object(path, v, fields{
+				"cluster":          func(path string, v gjson.Result) { p.str(path, v, &d.Cluster, checkCluster) },
+				"path":             func(path string, v gjson.Result) { p.str(path, v, &d.Path, checkPath) },
+				"wait_ms":          func(path string, v gjson.Result) { p.millis(path, v, 0, 30_000, &d.Wait) },
+				"poll_interval_ms": func(path string, v gjson.Result) { p.millis(path, v, 10, 1000, &d.PollInterval) },
+				"stats":            func(path string, v gjson.Result) { p.boolean(path, v, &d.Stats) },
+				"stats_path":       func(path string, v gjson.Result) { p.str(path, v, &d.StatsPath, checkPath) },
+			})
+		},
 	})
 }
 

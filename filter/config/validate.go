@@ -182,7 +182,7 @@ func (p *parser) reported(path string) bool {
 }
 
 func (p *parser) checkPool(c *Config, name string, pool *Pool, names map[string]string, modeKnown bool) {
-	if len(pool.Endpoints) == 0 && !p.reportedUnder(name) {
+	if len(pool.Endpoints) == 0 && c.Discovery == nil && !p.reportedUnder(name) {
 		msg := "must list at least one endpoint"
 		if name == "prefill" {
 			msg += " (to turn disaggregation off, raise threshold_tokens instead)"
@@ -251,7 +251,11 @@ func (p *parser) checkPool(c *Config, name string, pool *Pool, names map[string]
 	if !p.reportedUnder(name) {
 		var fe *lb.FieldError
 		bal := pool.Balancing()
-		if err := bal.Validate(); errors.As(err, &fe) {
+		err := bal.Validate()
+		if c.Discovery != nil && len(pool.Endpoints) == 0 {
+			err = bal.ValidateSettings()
+		}
+		if errors.As(err, &fe) {
 			p.add(name+"."+fe.Field, "%s", fe.Msg)
 		}
 	}

@@ -15,6 +15,18 @@ type debugState struct {
 	Streams int                        `json:"vm_streams"`
 	// KVWaiting are this VM's lmcache streams waiting for KV notifications.
 	KVWaiting int `json:"vm_kv_waiting"`
+	// Discovery is the table this VM routes by (discovered pools only).
+	Discovery *debugDiscovery `json:"discovery,omitempty"`
+}
+
+type debugDiscovery struct {
+	// Version is the companion's version, Gen the table's generation.
+	Version int64  `json:"version"`
+	Gen     uint64 `json:"gen"`
+	// Draining counts departed endpoints per pool whose slot is not free yet.
+	Draining map[string]int `json:"draining"`
+	// Failing: this VM's last poll failed (only the polling VM knows).
+	Failing bool `json:"vm_poll_failing"`
 }
 
 type debugEndpoint struct {
@@ -37,8 +49,15 @@ func (r *rootContext) debugAnswer(now time.Time) []byte {
 	if r.kv != nil {
 		st.KVWaiting = len(r.kv.entries)
 	}
+	if f := r.disc; f != nil {
+		st.Discovery = &debugDiscovery{Version: f.table.Version, Gen: f.table.Gen, Failing: f.failing,
+			Draining: map[string]int{"prefill": f.table.Prefill.Draining(), "decode": f.table.Decode.Draining()}}
+	}
 	for name, b := range map[string]*lb.Balancer{"prefill": r.prefill, "decode": r.decode} {
 		for _, e := range b.Snapshot(now) {
+			if e.Name == "" {
+				continue // a discovered pool's free or draining slot
+			}
 			age := int64(-1)
 			if !e.StatsObserved.IsZero() {
 				age = now.Sub(e.StatsObserved).Milliseconds()

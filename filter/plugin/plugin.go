@@ -8,7 +8,8 @@
 // One root context per plugin per VM holds the parsed configuration, the
 // balancers (state in shared data, so correct across Envoy workers), the
 // metrics and the tick-driven work (engine stats scraping; lmcache's KV-ready
-// long poll). One stream per request runs the state machine of stream.go.
+// long poll; following the discovery companion, discovery.go). One stream per
+// request runs the state machine of stream.go.
 //
 // Rules of the wasm VM hold here: no goroutines, timers or sleeps (time comes
 // from time.Now, work from ticks and http-call answers), no host call outside
@@ -89,6 +90,8 @@ type rootContext struct {
 	// known is what this proxy's Envoy does with the body of a request
 	// whose headers a filter paused (way.go).
 	known bodyWay
+	// disc follows the discovery companion (cfg.Discovery set), else nil.
+	disc *follower
 }
 
 func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -148,13 +151,19 @@ func (r *rootContext) start(cfg *config.Config) error {
 	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))
 	r.instance = binary.LittleEndian.Uint64(seed[16:]) | 1
 	r.store = lb.WithPrefix(sharedData{}, cfg.SharedDataPrefix)
-	r.prefill, err = lb.New("prefill", cfg.Prefill.Balancing(), r.store, r.rng)
-	if err != nil {
-		return err
-	}
-	r.decode, err = lb.New("decode", cfg.Decode.Balancing(), r.store, r.rng)
-	if err != nil {
-		return err
+	if cfg.Discovery != nil {
+		if err := r.newDynamicBalancers(cfg); err != nil {
+			return err
+		}
+	} else {
+		r.prefill, err = lb.New("prefill", cfg.Prefill.Balancing(), r.store, r.rng)
+		if err != nil {
+			return err
+		}
+		r.decode, err = lb.New("decode", cfg.Decode.Balancing(), r.store, r.rng)
+		if err != nil {
+			return err
+		}
 	}
 	if r.vm != nil {
 		if r.vm.owner == 0 {
@@ -164,6 +173,10 @@ func (r *rootContext) start(cfg *config.Config) error {
 		r.decode.SetOwner(r.vm.owner, lb.DefaultOwnerTTL)
 	}
 	r.cfg, r.method = cfg, method
+	if cfg.Discovery != nil {
+		r.disc = newFollower(cfg)
+		r.disc.refresh(r)
+	}
 	r.tools = tokenest.NewCache(toolCacheBytes)
 	r.m = defineMetrics(cfg.Mode)
 	r.scrape = newScraper(cfg)
@@ -179,7 +192,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 // watchdog).
 func (r *rootContext) setTick() error {
 	period := uint32(1000)
-	if r.kv != nil || (r.cfg.RouteAt == config.RouteAtAuto && r.known == wayUnknown) {
+	if r.kv != nil || r.disc != nil || (r.cfg.RouteAt == config.RouteAtAuto && r.known == wayUnknown) {
 		period = 100
 	}
 	if period == r.tickPeriod {
@@ -198,6 +211,9 @@ func (r *rootContext) OnTick() {
 			abi.LogDebugf("pdroute: in-flight heartbeat: %v", err)
 		}
 	}
+	if r.disc != nil {
+		r.disc.tick(r, now)
+	}
 	r.scrape.tick(r, now)
 	if r.kv != nil {
 		r.kv.tick(now)
@@ -213,6 +229,9 @@ func (r *rootContext) OnTick() {
 func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	if r.cfg == nil {
 		return nil // not configured: Envoy rejected the config already
+	}
+	if r.disc != nil {
+		r.disc.refresh(r)
 	}
 	s := &stream{r: r, id: id}
 	r.streams[id] = s

@@ -38,6 +38,9 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("POST /v1/kv/wait", s.handleWait)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	for pattern, h := range s.cfg.Handlers {
+		mux.Handle(pattern, h)
+	}
 	return mux
 }
 

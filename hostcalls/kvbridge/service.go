@@ -66,6 +66,10 @@ type Config struct {
 	// Now is the clock for first-seen times and TTL expiry. Default
 	// time.Now; tests inject a fake one.
 	Now func() time.Time
+	// Handlers are served beside the KV API on the same listener, by
+	// net/http ServeMux pattern (the discovery companion's
+	// "GET /v1/pools"). Default none.
+	Handlers map[string]http.Handler
 }
 
 // BytesPerPendingID is the memory kvbridge takes per pending id, the one
@@ -153,6 +157,8 @@ type Service struct {
 	httpLn  net.Listener
 	http    *http.Server
 	metrics *metrics
+	// cancelBase ends every request's context (at shutdown).
+	cancelBase context.CancelFunc
 
 	received   atomic.Uint64
 	malformed  atomic.Uint64
@@ -203,7 +209,13 @@ func New(cfg Config) (*Service, error) {
 		event:            func(r connectionResult) { s.metrics.connections.WithLabelValues(string(r)).Inc() },
 		peers:            make(map[net.Conn]*peerState),
 	}
+	// Requests' contexts end when the service shuts down, so that handlers
+	// that wait (cfg.Handlers' long polls) answer instead of holding up the
+	// shutdown.
+	base, cancelBase := context.WithCancel(context.Background())
+	s.cancelBase = cancelBase
 	s.http = &http.Server{
+		BaseContext:       func(net.Listener) context.Context { return base },
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -252,6 +264,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.log.Info("kvbridge shutting down", "waiters", s.store.stats().waiters)
 	s.stopping.Store(true)
 	s.store.close()
+	s.cancelBase()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if serr := s.http.Shutdown(sctx); serr != nil {

@@ -22,7 +22,10 @@
 // PDROUTE_DEV_STOP_ITERATION=off leaves allow_on_headers_stop_iteration out
 // of the wasm filter's config, as Istio's WasmPlugin, Envoy Gateway and
 // Envoy 1.33/1.34 do (the emulator then imitates Envoy 1.34); requests take
-// pdroute's headers way.
+// pdroute's headers way. PDROUTE_DEV_DISCOVERY=file makes the pools follow
+// a file watched by the discovery companion (in kvbridge) instead of the
+// plugin configuration; the banner prints its path and how to add an engine
+// started by hand.
 // Without -demo it prints the addresses, a curl example and the generated
 // envoy.yaml's path, then serves until SIGINT or SIGTERM. With -demo it
 // starts the same stack on free ports, sends a short, a long and a
@@ -58,6 +61,7 @@ const (
 	enginePortEnv   = "PDROUTE_DEV_ENGINE_PORT"
 	kvbridgePortEnv = "PDROUTE_DEV_KVBRIDGE_PORT"
 	stopIterEnv     = "PDROUTE_DEV_STOP_ITERATION"
+	discoveryEnv    = "PDROUTE_DEV_DISCOVERY"
 )
 
 // envHelp is the environment pdroute-dev reads, for its usage text.
@@ -99,6 +103,8 @@ type options struct {
 	ports    stack.Ports // the fixed ports but the listener's (make dev)
 	// noStopIter: PDROUTE_DEV_STOP_ITERATION=off.
 	noStopIter bool
+	// discovery is stack.DiscoveryNone or stack.DiscoveryFile.
+	discovery string
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -144,6 +150,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		o.noStopIter = true
 	default:
 		return o, fmt.Errorf("%s=%q: want on (allow_on_headers_stop_iteration: true, the default) or off (left out, as Istio's WasmPlugin does)", stopIterEnv, v)
+	}
+	switch o.discovery = getenv(discoveryEnv); o.discovery {
+	case stack.DiscoveryNone, stack.DiscoveryFile:
+	default:
+		return o, fmt.Errorf("%s=%q: want %q or nothing", discoveryEnv, o.discovery, stack.DiscoveryFile)
 	}
 	addr := getenv(addrEnv)
 	if addr == "" {
@@ -216,6 +227,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, si
 	}
 	topo.Proxy = proxy
 	topo.NoStopIteration = o.noStopIter
+	topo.Discovery = o.discovery
 	topo.LogLevel = "warning"
 	topo.LogSink = stderr
 	if o.demo {
@@ -288,6 +300,19 @@ func printStack(w io.Writer, s *stack.Stack, why string) {
 	}
 	abs, _ := filepath.Abs(s.BootstrapPath)
 	fmt.Fprintf(w, "  envoy.yaml  %s\n              (the generated bootstrap; with Envoy >= 1.35: envoy -c %s)\n", abs, abs)
+	if s.PoolsFile != "" {
+		pools, _ := filepath.Abs(s.PoolsFile)
+		fmt.Fprintf(w, "  pools file  %s\n              (watched by the discovery companion in kvbridge; the filter follows it)\n", pools)
+		fmt.Fprintf(w, "\nAdd a decode engine by hand: start one,\n  build/mockengine --engine %s --role decode --addr 127.0.0.1:8200\n", engineFlag(t.Mode))
+		fmt.Fprintf(w, "then add {\"name\": \"decode-9\", \"address\": \"127.0.0.1:8200\"} to the \"decode\" list of the pools file")
+		switch t.Mode {
+		case config.ModeLMCache:
+			fmt.Fprintf(w, "\n(with its \"kv_receiver\" init_ports and alloc_ports from the JSON line mockengine prints)")
+		case config.ModeSGLang:
+			fmt.Fprintf(w, "\n(a prefill engine needs its \"bootstrap_port\" from the JSON line mockengine prints)")
+		}
+		fmt.Fprintf(w, ".\nIt serves within a second; delete the entry to take it out of service.\n")
+	}
 	short := "goes straight to a decoder"
 	if s.Config.ThresholdTokens == 0 {
 		short = "disaggregated too: in this mode every request is"
@@ -317,6 +342,17 @@ func wayText(s *stack.Stack) string {
 		text += ";\n              " + l
 	}
 	return text
+}
+
+// engineFlag is mockengine's --engine for a mode.
+func engineFlag(m config.Mode) string {
+	switch m {
+	case config.ModeLMCache:
+		return "lmcache"
+	case config.ModeSGLang:
+		return "sglang"
+	}
+	return "vllm"
 }
 
 // thresholdText says which requests are disaggregated.

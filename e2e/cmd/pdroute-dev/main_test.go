@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdroute/pdroute/e2e/mocks"
 	"github.com/pdroute/pdroute/e2e/stack"
 	"github.com/pdroute/pdroute/e2e/wasmbuild"
 	"github.com/pdroute/pdroute/filter/config"
@@ -45,6 +46,8 @@ func TestParseOptions(t *testing.T) {
 			want: options{proxy: "emulator", mode: config.ModeNIXL, ports: stack.Ports{Listener: 10000, Admin: 19901, EngineBase: 18100}}},
 		{name: "bad port", env: map[string]string{enginePortEnv: "65534"}, error: `PDROUTE_DEV_ENGINE_PORT="65534": want a port number`},
 		{name: "not a port", env: map[string]string{adminPortEnv: "admin"}, error: `PDROUTE_DEV_ADMIN_PORT="admin": want a port number`},
+		{name: "file discovery", env: map[string]string{discoveryEnv: "file"}, want: options{proxy: "emulator", mode: config.ModeNIXL, discovery: "file"}},
+		{name: "bad discovery", env: map[string]string{discoveryEnv: "consul"}, error: `PDROUTE_DEV_DISCOVERY="consul": want "file" or nothing`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseOptions(tc.args, env(tc.env), io.Discard)
@@ -326,5 +329,74 @@ func TestPortsAndDurationDocumented(t *testing.T) {
 	}
 	if !strings.Contains(first, "minutes") {
 		t.Errorf("make test does not start by saying how long it takes: %q", first)
+	}
+}
+
+// TestDevDiscovery runs `PDROUTE_DEV_DISCOVERY=file make dev` on free ports:
+// the banner names the pools file, and a decode engine started by hand and
+// added to the file serves requests.
+func TestDevDiscovery(t *testing.T) {
+	devPorts.Admin, devPorts.EngineBase, devPorts.KVBridgeZMQ, devPorts.KVBridgeHTTP = 0, 0, 0, 0
+	devConfigDir = t.TempDir()
+	sig := make(chan os.Signal, 1)
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(nil, env(map[string]string{discoveryEnv: "file", addrEnv: "127.0.0.1:0"}), out, io.Discard, sig)
+	}()
+	defer func() {
+		sig <- os.Interrupt
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	}()
+	banner := regexp.MustCompile(`(?s)listener\s+(http://\S+).*pools file  (\S+)`)
+	var m []string
+	for deadline := time.Now().Add(2 * time.Minute); m == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner:\n%s", out.String())
+		}
+		if strings.Contains(out.String(), "Stop with Ctrl-C") {
+			m = banner.FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("banner without a pools file:\n%s", out.String())
+			}
+		}
+	}
+	url, path := m[1], m[2]
+	srv, err := mocks.Start(mocks.Config{Kind: mocks.VLLM, Role: mocks.Decode, Name: "decode-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pools map[string][]map[string]any
+	if err := json.Unmarshal(data, &pools); err != nil || len(pools["decode"]) != 2 {
+		t.Fatalf("pools file %s: %v", data, err)
+	}
+	pools["decode"] = append(pools["decode"], map[string]any{"name": "decode-9", "address": srv.Addr()})
+	data, _ = json.Marshal(pools)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"mock-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if resp.Header.Get("x-pdroute-decode") == "decode-9" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the engine added to the pools file never served")
+		}
 	}
 }

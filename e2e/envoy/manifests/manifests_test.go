@@ -289,8 +289,8 @@ func pluginConfigs(t *testing.T, docs []doc) []pluginConfig {
 // and that the Istio examples cover every mode.
 func TestPluginConfigsParse(t *testing.T) {
 	pcs := pluginConfigs(t, loadDocs(t))
-	if len(pcs) != 11 {
-		t.Fatalf("found %d plugin configs, want 11 (4 Istio modes as EnvoyFilter and as WasmPlugin, Istio file variant, 2 Envoy Gateway)", len(pcs))
+	if len(pcs) != 13 {
+		t.Fatalf("found %d plugin configs, want 13 (4 Istio modes as EnvoyFilter and as WasmPlugin, Istio file and discovery variants, 3 Envoy Gateway)", len(pcs))
 	}
 	modes := map[string]bool{}
 	for _, pc := range pcs {
@@ -323,6 +323,10 @@ func clustersNamed(c *config.Config) []string {
 	}
 	if c.Mode == config.ModeLMCache {
 		out = append(out, c.LMCache.KVBridgeCluster)
+	}
+	if c.Discovery != nil {
+		// Discovered endpoints are reached by address.
+		out = append(out, c.Discovery.Cluster, c.OriginalDstCluster)
 	}
 	return out
 }
@@ -511,8 +515,8 @@ func TestGatewayWiring(t *testing.T) {
 		}
 	}
 	pcs := pluginConfigs(t, docs)
-	if len(pcs) != 2 {
-		t.Fatalf("found %d Envoy Gateway plugin configs, want 2", len(pcs))
+	if len(pcs) != 3 {
+		t.Fatalf("found %d Envoy Gateway plugin configs, want 3", len(pcs))
 	}
 	for _, pc := range pcs {
 		if pc.cfg != nil {

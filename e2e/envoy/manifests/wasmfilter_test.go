@@ -241,8 +241,8 @@ func TestWasmFilterSettings(t *testing.T) {
 			filters++
 		}
 	}
-	if filters != 11 {
-		t.Errorf("found %d wasm filter configs, want 11 (5 Istio filter-*.yaml, 4 Istio wasmplugin-*.yaml, 2 Envoy Gateway)", filters)
+	if filters != 13 {
+		t.Errorf("found %d wasm filter configs, want 13 (6 Istio filter-*.yaml, 4 Istio wasmplugin-*.yaml, 3 Envoy Gateway)", filters)
 	}
 	for _, p := range wasmFilterProblems(docs) {
 		t.Error(p)

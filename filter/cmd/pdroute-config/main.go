@@ -77,8 +77,12 @@ func summary(c *config.Config) string {
 		// the decode is already running: there is nothing to fall back to
 		failure = "a failed prefill fails the request (on_prefill_failure does not apply)"
 	}
-	return fmt.Sprintf("mode %s, %s, paths %s, prefill %s, decode %s, %s",
+	out := fmt.Sprintf("mode %s, %s, paths %s, prefill %s, decode %s, %s",
 		c.Mode, threshold, strings.Join(c.Paths, " "), pool(c.Prefill), pool(c.Decode), failure)
+	if d := c.Discovery; d != nil {
+		out += fmt.Sprintf(", pools discovered from cluster %s (%s)", d.Cluster, d.Path)
+	}
+	return out
 }
 
 func pool(p config.Pool) string {

@@ -14,13 +14,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/pdroute/pdroute/hostcalls/discovery"
+	_ "github.com/pdroute/pdroute/hostcalls/discovery/kube" // the "kubernetes" source
 	"github.com/pdroute/pdroute/hostcalls/kvbridge"
 )
 
@@ -50,6 +54,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := newLogger(opts.logFormat, opts.logLevel, stderr)
 	opts.cfg.Logger = logger
+	if opts.discovery != "" {
+		dc, err := discovery.LoadConfig(opts.discovery)
+		if err != nil {
+			logger.Error("kvbridge cannot start", "err", err.Error())
+			return 1
+		}
+		sources, err := dc.Sources(logger)
+		if err != nil {
+			logger.Error("kvbridge cannot start", "err", err.Error())
+			return 1
+		}
+		reg := discovery.NewRegistry(nil)
+		opts.cfg.Handlers = map[string]http.Handler{"GET /v1/pools": reg.Handler()}
+		go discovery.Run(ctx, reg, sources, logger)
+		if opts.scrapeInterval > 0 {
+			sc := discovery.NewScraper(reg, opts.scrapeInterval, logger)
+			opts.cfg.Handlers["GET /v1/stats"] = sc.Handler()
+			go sc.Run(ctx)
+		}
+	}
 	svc, err := kvbridge.New(opts.cfg)
 	if err != nil {
 		logger.Error("kvbridge cannot start", "err", err.Error())
@@ -67,6 +91,10 @@ type options struct {
 	logFormat string
 	logLevel  string
 	version   bool
+	discovery string
+	// scrapeInterval: how often the discovery companion scrapes the engines
+	// it knows (0: it does not; serves GET /v1/stats otherwise).
+	scrapeInterval time.Duration
 }
 
 var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
@@ -88,6 +116,8 @@ func newFlagSet() (*flag.FlagSet, *options) {
 	fs.DurationVar(&o.cfg.IdleTimeout, "zmq-idle-timeout", def.IdleTimeout, "a ZMQ peer that sends nothing (no message, no heartbeat) for this long is disconnected")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.discovery, "discovery", "", "JSON file choosing each pool's discovery source; serves GET /v1/pools (empty: no discovery)")
+	fs.DurationVar(&o.scrapeInterval, "discovery-scrape-interval", 0, "with -discovery: scrape every discovered engine's /metrics this often and serve GET /v1/stats (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	return fs, o
 }

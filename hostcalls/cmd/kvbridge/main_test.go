@@ -111,6 +111,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"help", []string{"-h"}, 0, "Usage: kvbridge [flags]\n", ""},
 		{"bad flag", []string{"--max-entries=-3"}, 2, "", "kvbridge: max-entries: must be positive\n"},
 		{"address in use", []string{"--zmq-bind=tcp://127.0.0.1:0", "--http-addr=" + busy.Addr().String()}, 1, "", "address already in use"},
+		{"no discovery file", []string{"--discovery=/nonexistent/discovery.json"}, 1, "", "no such file"},
+		{"bad discovery file", []string{"--discovery=" + writeTemp(t, `{"prefill":{"zookeeper":{}}}`)}, 1, "", "unknown source"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,4 +207,64 @@ func waitForWaiter(t *testing.T, addr string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("the waiter never registered")
+}
+
+func writeTemp(t *testing.T, content string) string {
+	path := t.TempDir() + "/discovery.json"
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// -discovery serves GET /v1/pools from the configured sources, and
+// -discovery-scrape-interval GET /v1/stats.
+func TestDiscoveryFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := writeTemp(t, `{"prefill":{"static":[{"name":"p0","address":"127.0.0.1:1"}]},"decode":{"static":[]}}`)
+	cmd := exec.CommandContext(ctx, os.Args[0], "--zmq-bind=tcp://127.0.0.1:0", "--http-addr=127.0.0.1:0",
+		"--discovery="+cfg, "--discovery-scrape-interval=1s")
+	cmd.Env = append(os.Environ(), "KVBRIDGE_TEST_MAIN=1", "KVBRIDGE_LOG_FORMAT=json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	logs := bufio.NewScanner(stderr)
+	var listening struct{ Msg, HTTP string }
+	for logs.Scan() {
+		if json.Unmarshal(logs.Bytes(), &listening) == nil && listening.Msg == "kvbridge listening" {
+			break
+		}
+	}
+	go func() {
+		for logs.Scan() {
+		}
+	}()
+	for _, path := range []string{"/v1/pools", "/v1/stats"} {
+		var body []byte
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			resp, err := http.Get("http://" + listening.HTTP + path)
+			if err == nil {
+				body, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v %s", path, err, body)
+			}
+		}
+		if path == "/v1/pools" && !strings.Contains(string(body), `"prefill":[{"name":"p0","address":"127.0.0.1:1"}],"decode":[]`) {
+			t.Errorf("%s answered %s", path, body)
+		}
+		if path == "/v1/stats" && !strings.HasPrefix(string(body), `{"stats":{`) {
+			t.Errorf("%s answered %s", path, body)
+		}
+	}
 }
