@@ -48,6 +48,7 @@ type Balancer struct {
 	usableBuf  []int
 	health     []healthEntry
 	engineLoad []float64 // per endpoint, filled by engineLoads
+	cached     []int     // per endpoint, the current PickCached's (nil otherwise)
 	buf        []byte
 
 	// debt[i] is in-flight decrements for endpoint i not yet written because of
@@ -170,6 +171,9 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 		})
 	case PrefixAffinity:
 		b.countInflight(l, func(v inflightView) int { return b.affinity(v, prefixKey) })
+	case CacheAware:
+		start := b.rng.IntN(len(b.usable))
+		b.countInflight(l, func(v inflightView) int { return b.cacheAware(v, start) })
 	}
 }
 
