@@ -120,7 +120,7 @@ func TestParseEverySetting(t *testing.T) {
 		Mode: ModeLMCache, ThresholdTokens: 512, TokenMethod: "chars4",
 		ThresholdOn: ThresholdOnUncached, UncachedRatio: 0.25,
 		PrefixIndex: PrefixIndex{BlockBytes: 256, Slots: 100, TTL: time.Minute},
-		Paths: []string{"/openai/v1/chat/completions"}, RouteHeader: "x-target",
+		Paths:       []string{"/openai/v1/chat/completions"}, RouteHeader: "x-target",
 		OriginalDstCluster: "odst", PrefillTimeout: 1500 * time.Millisecond, OnPrefillFailure: OnFailureFail,
 		MaxBodyBytes: 1 << 20, StatsScrapeInterval: 0, DebugHeaders: true, SharedDataPrefix: "pd.a",
 		Prefill: Pool{Strategy: PrefixAffinity, RunningWeight: 2, WaitingWeight: 0.5, InflightWeight: 0,
