@@ -2,16 +2,17 @@ package lb
 
 import "time"
 
-// PickCached is [Balancer.Pick] for the CacheAware strategy: cached[i] is how
-// much of the request's prompt endpoint i is known to hold (any unit, larger
-// is longer; lb/prefix gives rendered bytes), or nil when nothing is known.
-// Other strategies ignore cached and behave as Pick(now, 0).
-func (b *Balancer) PickCached(now time.Time, cached []int) (*Lease, error) {
+// PickCached is [Balancer.Pick] with what the CacheAware strategy reads:
+// cached[i] is how much of the request's prompt endpoint i is known to hold
+// (any unit, larger is longer; lb/prefix gives rendered bytes), or nil when
+// nothing is known. Other strategies ignore cached: it is Pick(now,
+// prefixKey).
+func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int) (*Lease, error) {
 	if len(cached) == len(b.all) {
 		b.cached = cached
 	}
 	defer func() { b.cached = nil }()
-	return b.Pick(now, 0)
+	return b.Pick(now, prefixKey)
 }
 
 // cacheAware is "sticky until saturated": among the usable endpoints under

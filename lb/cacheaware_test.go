@@ -11,7 +11,7 @@ func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	// Endpoint 2 holds the longest prefix: it takes requests until
 	// in-flight + 1 > 1.5 × mean + 2.
 	for n := range 3 {
-		l, err := b.PickCached(at(0), cached)
+		l, err := b.PickCached(at(0), 0, cached)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +22,7 @@ func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	}
 	// 3 in flight on 2: 3+1 > 1.5 × (3+1)/4 + 2 = 3.5, so it gives way to
 	// the next longest prefix, endpoint 3.
-	l, _ := b.PickCached(at(0), cached)
+	l, _ := b.PickCached(at(0), 0, cached)
 	if l.Index != 3 {
 		t.Fatalf("over its bound, endpoint 2 kept the request (went to %d); want 3", l.Index)
 	}
@@ -30,7 +30,7 @@ func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	for _, h := range held {
 		h.Release(at(0))
 	}
-	if l, _ := b.PickCached(at(0), cached); l.Index != 2 {
+	if l, _ := b.PickCached(at(0), 0, cached); l.Index != 2 {
 		t.Errorf("after releases: %d, want 2", l.Index)
 	}
 }
@@ -48,7 +48,7 @@ func TestCacheAwareWithoutCacheIsLeastInflight(t *testing.T) {
 		}
 	}
 	// A cached slice of the wrong length is ignored, not a panic.
-	if _, err := b.PickCached(at(0), []int{1}); err != nil {
+	if _, err := b.PickCached(at(0), 0, []int{1}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -57,13 +57,13 @@ func TestCacheAwareSkipsCoolingEndpoint(t *testing.T) {
 	cfg := testPool(2, CacheAware)
 	cfg.FailureThreshold = 1
 	b := newTestBalancer(t, NewMemStore(), cfg, 3)
-	l, _ := b.PickCached(at(0), []int{100, 0})
+	l, _ := b.PickCached(at(0), 0, []int{100, 0})
 	if l.Index != 0 {
 		t.Fatalf("first pick %d, want 0", l.Index)
 	}
 	_ = l.Report(at(0), Failure)
 	l.Release(at(0))
-	if l, _ := b.PickCached(at(0), []int{100, 0}); l.Index != 1 {
+	if l, _ := b.PickCached(at(0), 0, []int{100, 0}); l.Index != 1 {
 		t.Errorf("endpoint 0 cools down, yet got %d", l.Index)
 	}
 }

@@ -32,7 +32,7 @@ func setup(t *testing.T, v Variant) Setup {
 
 func TestDeterministicForASeed(t *testing.T) {
 	p := prepared(t, "mix", 150, 8)
-	for _, v := range []Variant{{Shape{2, 6}, 2048, config.PowerOfTwo}, {Shape{0, 8}, Never, config.Random}} {
+	for _, v := range []Variant{{Shape: Shape{2, 6}, Threshold: 2048, Strategy: config.PowerOfTwo}, {Shape: Shape{0, 8}, Threshold: Never, Strategy: config.Random}} {
 		s := setup(t, v)
 		a, err := Run(&s, p, 7)
 		if err != nil {
@@ -53,7 +53,7 @@ func TestDeterministicForASeed(t *testing.T) {
 func TestThresholdDecides(t *testing.T) {
 	p := prepared(t, "mix", 200, 4)
 	frac := func(threshold int) float64 {
-		s := setup(t, Variant{Shape{2, 6}, threshold, config.RoundRobin})
+		s := setup(t, Variant{Shape: Shape{2, 6}, Threshold: threshold, Strategy: config.RoundRobin})
 		r, err := Run(&s, p, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +71,7 @@ func TestThresholdDecides(t *testing.T) {
 func TestPrefixAffinityHitsTheCache(t *testing.T) {
 	p := prepared(t, "tenants", 600, 8)
 	hit := func(s config.Strategy) float64 {
-		st := setup(t, Variant{Shape{0, 8}, Never, s})
+		st := setup(t, Variant{Shape: Shape{0, 8}, Threshold: Never, Strategy: s})
 		r, err := Run(&st, p, 1)
 		if err != nil {
 			t.Fatal(err)

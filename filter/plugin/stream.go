@@ -49,6 +49,12 @@ type stream struct {
 	// route is the path label once decided (requests.<route>).
 	route string
 
+	// usePrefix: the prefix index read this request's prompt; cachedTokens
+	// and cachedShare are what the chosen decoder held of it.
+	usePrefix    bool
+	cachedTokens int
+	cachedShare  float64
+
 	prefill, decode     *lb.Lease
 	prefillEP, decodeEP *config.Endpoint
 	prefillStart        time.Time
@@ -165,7 +171,6 @@ func (s *stream) bodyComplete(size int) types.Action {
 // guarantee, which the root's Cache keeps): a 500 KB prompt is scanned
 // once, not twice.
 func (s *stream) decideBody(body []byte) types.Action {
-	cfg := s.cfg()
 	s.bodyLen = len(body)
 	s.tokens = -1
 	h0, m0, _ := s.r.tools.Stats()
@@ -189,24 +194,45 @@ func (s *stream) decideBody(body []byte) types.Action {
 		abi.LogDebugf("pdroute: stream %d: removed client-supplied PD control fields", s.id)
 	}
 	s.setRequestID()
-	switch cfg.Decide(s.method, s.path, s.contentType, s.tokens) {
+	// The decoder is chosen first: without one nothing can be served, no
+	// prefill should run for nothing, and with threshold_on "uncached" the
+	// decision depends on what that decoder holds.
+	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, s.api.Path(), time.Now())
+	if !s.pickDecode(body) {
+		return types.ActionPause
+	}
+	switch s.decideRoute() {
 	case config.Disaggregate:
 		return s.disaggregate(req, body)
 	default:
-		if !s.pickDecode(body) {
-			return types.ActionPause
-		}
 		s.toDecoder(req.Direct(), pathDirect)
 		return types.ActionContinue
 	}
 }
 
-// disaggregate starts the mode's prefill leg. The decoder is chosen first:
-// without one nothing can be served, and no prefill should run for nothing.
-func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
-	if !s.pickDecode(body) {
-		return types.ActionPause
+// decideRoute is config.DecideCached with what the chosen decoder holds of
+// the prompt (nothing without the prefix index), and records the decoder
+// in the index.
+func (s *stream) decideRoute() config.Route {
+	cfg := s.cfg()
+	px := s.r.px
+	if !s.usePrefix {
+		return cfg.Decide(s.method, s.path, s.contentType, s.tokens)
 	}
+	s.cachedTokens, s.cachedShare = px.cachedTokens(s.decode.Index, s.tokens)
+	route := cfg.DecideCached(s.method, s.path, s.contentType, s.tokens, s.cachedTokens)
+	px.share.Record(uint64(s.cachedShare*100 + 0.5))
+	label := route.String()
+	if route == config.Direct && cfg.Decide(s.method, s.path, s.contentType, s.tokens) == config.Disaggregate {
+		label = "direct_by_cache"
+	}
+	px.decisions[label].Increment(1)
+	px.record(px.decIDs[s.decode.Index], time.Now())
+	return route
+}
+
+// disaggregate starts the mode's prefill leg; the decoder is chosen.
+func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 	if s.cfg().Mode == config.ModeLMCache && !s.lmcacheEligible(req) {
 		s.toDecoder(req.Direct(), pathDirect)
 		return types.ActionContinue
@@ -241,7 +267,11 @@ func (s *stream) setRequestID() {
 
 // pickDecode chooses the decoder, or answers 503 when none is usable.
 func (s *stream) pickDecode(body []byte) bool {
-	lease, err := s.r.decode.Pick(time.Now(), s.prefixKey(body, &s.cfg().Decode))
+	var cached []int
+	if s.usePrefix {
+		cached = s.r.px.decCach
+	}
+	lease, err := s.r.decode.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Decode), cached)
 	if err != nil {
 		s.fail(apierr.NoDecodeEndpoint, "")
 		return false
@@ -252,9 +282,16 @@ func (s *stream) pickDecode(body []byte) bool {
 
 // pickPrefill chooses the prefiller; false when none is usable.
 func (s *stream) pickPrefill(body []byte) bool {
-	lease, err := s.r.prefill.Pick(time.Now(), s.prefixKey(body, &s.cfg().Prefill))
+	var cached []int
+	if s.usePrefix {
+		cached = s.r.px.preCached
+	}
+	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached)
 	if err != nil {
 		return false
+	}
+	if s.usePrefix {
+		s.r.px.record(s.r.px.preIDs[lease.Index], time.Now())
 	}
 	s.prefill, s.prefillEP = lease, &s.cfg().Prefill.Endpoints[lease.Index]
 	return true
@@ -435,6 +472,9 @@ func (s *stream) addDebugHeaders() {
 	}
 	if s.tokens >= 0 && s.handled {
 		add("x-pdroute-tokens", strconv.Itoa(s.tokens))
+	}
+	if s.usePrefix {
+		add("x-pdroute-cached", cacheHeader(s.cachedShare, s.cachedTokens))
 	}
 }
 

@@ -56,6 +56,7 @@ func run() error {
 		genRate    = flag.Float64("rate", 4, "with -write-trace: request rate (req/s)")
 		genRamp    = flag.Float64("ramp-to", 0, "with -write-trace: ramp the rate to this (req/s)")
 		writeTrace = flag.String("write-trace", "", "generate -workload into this file and exit")
+		study      = flag.String("study", "", `"cache": the cache-aware routing study (docs/ROUTING.md) instead of the shipped matrix`)
 	)
 	flag.Var(&configs, "config", "plugin configuration JSON file to compare (repeatable; default: the shipped matrix)")
 	flag.Parse()
@@ -84,8 +85,16 @@ func run() error {
 	}
 
 	var setups []sim.Setup
+	matrix := sim.Matrix
+	switch *study {
+	case "":
+	case "cache":
+		matrix = sim.CacheMatrix
+	default:
+		return fmt.Errorf("-study: unknown study %q (want cache)", *study)
+	}
 	if len(configs) == 0 {
-		for _, v := range sim.Matrix(*gpus) {
+		for _, v := range matrix(*gpus) {
 			s, err := v.Setup(prof)
 			if err != nil {
 				return err
