@@ -11,7 +11,7 @@ func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	// Endpoint 2 holds the longest prefix: it takes requests until
 	// in-flight + 1 > 1.5 × mean + 2.
 	for n := range 3 {
-		l, err := b.PickCached(at(0), 0, cached)
+		l, err := b.PickCached(at(0), 0, cached, 10000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +22,7 @@ func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	}
 	// 3 in flight on 2: 3+1 > 1.5 × (3+1)/4 + 2 = 3.5, so it gives way to
 	// the next longest prefix, endpoint 3.
-	l, _ := b.PickCached(at(0), 0, cached)
+	l, _ := b.PickCached(at(0), 0, cached, 10000)
 	if l.Index != 3 {
 		t.Fatalf("over its bound, endpoint 2 kept the request (went to %d); want 3", l.Index)
 	}
@@ -30,12 +30,12 @@ func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	for _, h := range held {
 		h.Release(at(0))
 	}
-	if l, _ := b.PickCached(at(0), 0, cached); l.Index != 2 {
+	if l, _ := b.PickCached(at(0), 0, cached, 10000); l.Index != 2 {
 		t.Errorf("after releases: %d, want 2", l.Index)
 	}
 }
 
-func TestCacheAwareWithoutCacheIsLeastInflight(t *testing.T) {
+func TestCacheAwareWithoutCacheTakesTurns(t *testing.T) {
 	b := newTestBalancer(t, NewMemStore(), testPool(3, CacheAware), 2)
 	counts := make([]int, 3)
 	for range 9 {
@@ -48,7 +48,7 @@ func TestCacheAwareWithoutCacheIsLeastInflight(t *testing.T) {
 		}
 	}
 	// A cached slice of the wrong length is ignored, not a panic.
-	if _, err := b.PickCached(at(0), 0, []int{1}); err != nil {
+	if _, err := b.PickCached(at(0), 0, []int{1}, 10000); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -57,13 +57,36 @@ func TestCacheAwareSkipsCoolingEndpoint(t *testing.T) {
 	cfg := testPool(2, CacheAware)
 	cfg.FailureThreshold = 1
 	b := newTestBalancer(t, NewMemStore(), cfg, 3)
-	l, _ := b.PickCached(at(0), 0, []int{100, 0})
+	l, _ := b.PickCached(at(0), 0, []int{5000, 0}, 10000)
 	if l.Index != 0 {
 		t.Fatalf("first pick %d, want 0", l.Index)
 	}
 	_ = l.Report(at(0), Failure)
 	l.Release(at(0))
-	if l, _ := b.PickCached(at(0), 0, []int{100, 0}); l.Index != 1 {
+	if l, _ := b.PickCached(at(0), 0, []int{5000, 0}, 10000); l.Index != 1 {
 		t.Errorf("endpoint 0 cools down, yet got %d", l.Index)
+	}
+}
+
+func TestCacheAwareIgnoresSmallDifferences(t *testing.T) {
+	b := newTestBalancer(t, NewMemStore(), testPool(4, CacheAware), 4)
+	// Endpoint 1 holds 2 % of the prompt (a shared system prompt), the rest
+	// nothing: under cache_min_gain 10 % that is a tie, and load spreads.
+	counts := make([]int, 4)
+	for range 8 {
+		l, err := b.PickCached(at(0), 0, []int{0, 200, 0, 0}, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[l.Index]++
+	}
+	for i, c := range counts {
+		if c != 2 {
+			t.Fatalf("counts %v: endpoint %d took %d of 8, want 2 each", counts, i, c)
+		}
+	}
+	// 20 % is not a tie.
+	if l, _ := b.PickCached(at(0), 0, []int{0, 2000, 0, 0}, 10000); l.Index != 1 {
+		t.Errorf("20 %% cached on endpoint 1, went to %d", l.Index)
 	}
 }

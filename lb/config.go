@@ -125,6 +125,12 @@ type PoolConfig struct {
 	// gives way before one endpoint takes a queue the others do not have.
 	CacheLoadFactor float64
 	CacheLoadSlack  float64
+	// CacheMinGain (JSON "cache_min_gain"): under CacheAware, endpoints whose
+	// cached prefixes differ by less than this share of the prompt are
+	// equal, and load decides between them. Default 0.1: a shared system
+	// prompt of 2 % of a long unique document must not pull every request
+	// to the endpoint that served it first.
+	CacheMinGain float64
 
 	// FailureThreshold (JSON "failure_threshold"): consecutive failures that put an
 	// endpoint in cool-down. Default 3: one failure can be a client-caused reset.
@@ -163,6 +169,7 @@ func DefaultPoolConfig() PoolConfig {
 		AffinityLoadFactor:  1.25,
 		CacheLoadFactor:     1.5,
 		CacheLoadSlack:      4,
+		CacheMinGain:        0.1,
 		FailureThreshold:    3,
 		Cooldown:            10 * time.Second,
 	}
@@ -212,6 +219,9 @@ func (c *PoolConfig) Validate() error {
 	}
 	if math.IsNaN(c.CacheLoadSlack) || math.IsInf(c.CacheLoadSlack, 0) || c.CacheLoadSlack < 0 {
 		return &FieldError{"cache_load_slack", "must be a finite number >= 0"}
+	}
+	if math.IsNaN(c.CacheMinGain) || c.CacheMinGain < 0 || c.CacheMinGain > 1 {
+		return &FieldError{"cache_min_gain", "must be a number in [0, 1]"}
 	}
 	if c.FailureThreshold < 0 || c.FailureThreshold > math.MaxUint16 {
 		return &FieldError{"failure_threshold", fmt.Sprintf("must be in [0, %d]", math.MaxUint16)}

@@ -141,25 +141,33 @@ func UserSetup(name string, raw []byte, profile engine.Params) (Setup, error) {
 }
 
 // CacheMatrix is the cache-aware routing study (docs/ROUTING.md, "Cache-aware
-// routing") on gpus engines: the aggregated fleet under round robin, the
-// load-only strategies, prefix_affinity and cache_aware; and, on the
-// P/D split, whole-prompt against uncached thresholds, with the decoder
-// chosen from the body or from the headers alone.
+// routing") on gpus aggregated engines: round robin, the load-only
+// strategies, prefix_affinity and cache_aware, and cache_aware with the
+// decoder chosen from the headers alone (which leaves it load-only).
 func CacheMatrix(gpus int) []Variant {
 	agg := Shape{0, gpus}
-	pd := Shape{max(gpus/4, 1), gpus - max(gpus/4, 1)}
 	var out []Variant
 	for _, s := range []config.Strategy{config.RoundRobin, config.LeastLoaded, config.PowerOfTwo, config.PrefixAffinity, config.CacheAware} {
 		out = append(out, Variant{Shape: agg, Threshold: Never, Strategy: s})
 	}
-	for _, t := range []int{2048, 4096} {
-		out = append(out,
-			Variant{Shape: pd, Threshold: t, Strategy: config.PrefixAffinity},
-			Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware},
-			Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware, ThresholdOn: config.ThresholdOnUncached},
-			Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware, ThresholdOn: config.ThresholdOnUncached, DecodeBeforeBody: true},
-		)
+	return append(out, Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware, DecodeBeforeBody: true})
+}
+
+// UncachedMatrix is the effective-length study on a P/D split of gpus
+// engines: thresholds on the whole prompt against thresholds on the tokens
+// the chosen decoder does not hold, all balanced by cache_aware, and the
+// same with the decoder chosen from the headers alone.
+func UncachedMatrix(gpus int) []Variant {
+	var out []Variant
+	for _, p := range []int{max(gpus/4, 1), gpus / 2} {
+		pd := Shape{p, gpus - p}
+		for _, t := range []int{2048, 4096} {
+			out = append(out,
+				Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware},
+				Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware, ThresholdOn: config.ThresholdOnUncached},
+				Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware, ThresholdOn: config.ThresholdOnUncached, DecodeBeforeBody: true},
+			)
+		}
 	}
-	out = append(out, Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware, DecodeBeforeBody: true})
 	return out
 }

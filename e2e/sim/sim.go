@@ -381,7 +381,7 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 				}
 			}
 		}
-		l, err := decBal.PickCached(T(now), r.prefixKey(&cfg.Decode), decCached)
+		l, err := decBal.PickCached(T(now), r.prefixKey(&cfg.Decode), decCached, promptBytes(ip))
 		if err != nil {
 			finishFlight(f, now, false)
 			return
@@ -396,7 +396,7 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 			_, _ = index.Record(ip, decIDs[f.dec], T(now))
 		}
 		if route == config.Disaggregate {
-			if pl, err := preBal.PickCached(T(now), r.prefixKey(&cfg.Prefill), preCached); err == nil && pre != nil {
+			if pl, err := preBal.PickCached(T(now), r.prefixKey(&cfg.Prefill), preCached, promptBytes(ip)); err == nil && pre != nil {
 				if ip != nil {
 					_, _ = index.Record(ip, preIDs[pl.Index], T(now))
 				}
@@ -490,6 +490,13 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 		return res, fmt.Errorf("sim: %s on %s: %d completed + %d failed of %d requests", s.Name, p.Name, res.Completed, res.Failed, res.Requests)
 	}
 	return res, nil
+}
+
+func promptBytes(p *prefix.Prompt) int {
+	if p == nil {
+		return 0
+	}
+	return p.Bytes
 }
 
 // percentiles3 returns three nearest-rank percentiles of xs (sorted in place).

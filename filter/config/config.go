@@ -251,6 +251,10 @@ type Pool struct {
 	// Defaults 1.5 and 4 (lb.PoolConfig says why).
 	CacheLoadFactor float64
 	CacheLoadSlack  float64
+	// CacheMinGain ("cache_min_gain"): cache_aware treats cached prefixes
+	// that differ by less than this share of the prompt as equal and lets
+	// load decide. Default 0.1; 0 to 1.
+	CacheMinGain float64
 	// FailureThreshold ("failure_threshold") is how many consecutive failures
 	// put an endpoint in cool-down; 0 disables passive health. Default 3.
 	FailureThreshold int
@@ -352,6 +356,7 @@ func (p *Pool) Balancing() lb.PoolConfig {
 		AffinityLoadFactor:  p.AffinityLoadFactor,
 		CacheLoadFactor:     p.CacheLoadFactor,
 		CacheLoadSlack:      p.CacheLoadSlack,
+		CacheMinGain:        p.CacheMinGain,
 		FailureThreshold:    p.FailureThreshold,
 		Cooldown:            p.Cooldown,
 		Endpoints:           make([]lb.Endpoint, len(p.Endpoints)),

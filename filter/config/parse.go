@@ -70,6 +70,7 @@ func defaultPool() Pool {
 		AffinityLoadFactor:  d.AffinityLoadFactor,
 		CacheLoadFactor:     d.CacheLoadFactor,
 		CacheLoadSlack:      d.CacheLoadSlack,
+		CacheMinGain:        d.CacheMinGain,
 		FailureThreshold:    d.FailureThreshold,
 		Cooldown:            d.Cooldown,
 	}
@@ -462,6 +463,9 @@ func (p *parser) pool(path string, v gjson.Result, pool *Pool) {
 		},
 		"cache_load_slack": func(path string, v gjson.Result) {
 			p.number(path, v, 0, 1e6, &pool.CacheLoadSlack)
+		},
+		"cache_min_gain": func(path string, v gjson.Result) {
+			p.number(path, v, 0, 1, &pool.CacheMinGain)
 		},
 		"failure_threshold": func(path string, v gjson.Result) {
 			p.integer(path, v, 0, 1000, &pool.FailureThreshold)

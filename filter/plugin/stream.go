@@ -271,7 +271,7 @@ func (s *stream) pickDecode(body []byte) bool {
 	if s.usePrefix {
 		cached = s.r.px.decCach
 	}
-	lease, err := s.r.decode.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Decode), cached)
+	lease, err := s.r.decode.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Decode), cached, s.promptBytes())
 	if err != nil {
 		s.fail(apierr.NoDecodeEndpoint, "")
 		return false
@@ -286,7 +286,7 @@ func (s *stream) pickPrefill(body []byte) bool {
 	if s.usePrefix {
 		cached = s.r.px.preCached
 	}
-	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached)
+	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
 	if err != nil {
 		return false
 	}
@@ -306,6 +306,14 @@ func (s *stream) index(body []byte) (connector.Request, bool) {
 		return connector.Request{}, false
 	}
 	return req, true
+}
+
+// promptBytes is the rendered prompt's size the prefix index measured.
+func (s *stream) promptBytes() int {
+	if !s.usePrefix {
+		return 0
+	}
+	return s.r.px.prompt.Bytes
 }
 
 // prefixKey is the prompt-prefix hash prefix_affinity needs (0 otherwise).
