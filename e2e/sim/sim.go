@@ -392,13 +392,10 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 			cachedTokens = int(int64(est) * int64(match.CachedBytes(decIDs[f.dec])) / int64(ip.Bytes))
 		}
 		route := cfg.DecideCached("POST", r.Path, "application/json", est, cachedTokens)
-		if ip != nil {
-			_, _ = index.Record(ip, decIDs[f.dec], T(now))
-		}
 		if route == config.Disaggregate {
 			if pl, err := preBal.PickCached(T(now), r.prefixKey(&cfg.Prefill), preCached, promptBytes(ip)); err == nil && pre != nil {
 				if ip != nil {
-					_, _ = index.Record(ip, preIDs[pl.Index], T(now))
+					_, _ = index.Record(ip, T(now), decIDs[f.dec], preIDs[pl.Index])
 				}
 				f.disagg, f.preLease = true, pl
 				disagg++
@@ -408,6 +405,9 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 			} else if err == nil {
 				pl.Release(T(now)) // a placeholder prefill pool: fall back as on failure
 			}
+		}
+		if ip != nil {
+			_, _ = index.Record(ip, T(now), decIDs[f.dec])
 		}
 		dec[f.dec].Submit(&engine.Request{Kind: engine.Full, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens, Hashes: r.Hashes, Tag: f}, now)
 		drain(dec[f.dec], false)

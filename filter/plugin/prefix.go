@@ -74,8 +74,16 @@ func (p *prefixRouting) cachedTokens(i, estimate int) (tokens int, share float64
 	return int(share * float64(estimate)), share
 }
 
-func (p *prefixRouting) record(id uint32, now time.Time) {
-	calls, err := p.index.Record(&p.prompt, id, now)
+// record notes the endpoints chosen for the prompt last looked up: the
+// decoder, and the prefiller when there is one (-1: none).
+func (p *prefixRouting) record(decode, prefill int, now time.Time) {
+	var err error
+	var calls int
+	if prefill >= 0 {
+		calls, err = p.index.Record(&p.prompt, now, p.decIDs[decode], p.preIDs[prefill])
+	} else {
+		calls, err = p.index.Record(&p.prompt, now, p.decIDs[decode])
+	}
 	p.writes.Increment(uint64(calls))
 	if err != nil {
 		abi.LogDebugf("pdroute: prefix index: %v", err)

@@ -201,18 +201,28 @@ func (s *stream) decideBody(body []byte) types.Action {
 	if !s.pickDecode(body) {
 		return types.ActionPause
 	}
+	var action types.Action
 	switch s.decideRoute() {
 	case config.Disaggregate:
-		return s.disaggregate(req, body)
+		action = s.disaggregate(req, body)
 	default:
 		s.toDecoder(req.Direct(), pathDirect)
-		return types.ActionContinue
+		action = types.ActionContinue
 	}
+	if s.usePrefix {
+		// The decoder holds the prompt once it prefilled it or received its
+		// KV, and so does the prefiller: one read-modify-write per point.
+		prefill := -1
+		if s.prefill != nil {
+			prefill = s.prefill.Index
+		}
+		s.r.px.record(s.decode.Index, prefill, time.Now())
+	}
+	return action
 }
 
 // decideRoute is config.DecideCached with what the chosen decoder holds of
-// the prompt (nothing without the prefix index), and records the decoder
-// in the index.
+// the prompt (nothing without the prefix index).
 func (s *stream) decideRoute() config.Route {
 	cfg := s.cfg()
 	px := s.r.px
@@ -227,7 +237,6 @@ func (s *stream) decideRoute() config.Route {
 		label = "direct_by_cache"
 	}
 	px.decisions[label].Increment(1)
-	px.record(px.decIDs[s.decode.Index], time.Now())
 	return route
 }
 
@@ -289,9 +298,6 @@ func (s *stream) pickPrefill(body []byte) bool {
 	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
 	if err != nil {
 		return false
-	}
-	if s.usePrefix {
-		s.r.px.record(s.r.px.preIDs[lease.Index], time.Now())
 	}
 	s.prefill, s.prefillEP = lease, &s.cfg().Prefill.Endpoints[lease.Index]
 	return true

@@ -18,7 +18,7 @@
 // j" is (up to replacements) monotone in j, and a lookup binary-searches the
 // points: about log2(2 log2(blocks)) reads, 5 for a 55k-token prompt. A
 // record writes every point with a bounded compare-and-swap, skipping points
-// the endpoint already refreshed in the same second.
+// the endpoints already refreshed in the same second.
 //
 // Nothing here imports proxy-wasm, starts goroutines or reads the clock:
 // now is passed in. An Index is one VM's handle (scratch buffers); it is not
@@ -233,15 +233,17 @@ func (m *Match) add(id uint32, blocks int) {
 // the store failed. The index stays consistent; it just misses this update.
 var ErrNotRecorded = errors.New("prefix: slot not updated (contention or store failure)")
 
-// Record notes that endpoint id serves p from now: every sample point of
-// p gets id as its most recent endpoint. It returns the shared-data calls
-// made (reads and writes) and ErrNotRecorded if some point was not written.
-func (x *Index) Record(p *Prompt, id uint32, now time.Time) (calls int, err error) {
+// Record notes that the endpoints ids serve p from now (the decoder, and
+// the prefiller of a disaggregated request): every sample point of p gets
+// them as its most recent endpoints, in one read-modify-write per point. It
+// returns the shared-data calls made (reads and writes) and ErrNotRecorded
+// if some point was not written.
+func (x *Index) Record(p *Prompt, now time.Time, ids ...uint32) (calls int, err error) {
 	s := stamp(now)
 	oldest := stamp(now.Add(-x.p.TTL))
 	for _, blocks := range x.samplePoints(len(p.Hashes)) {
 		h := p.Hashes[blocks-1]
-		c, ok := x.recordPoint(h, id, s, oldest)
+		c, ok := x.recordPoint(h, ids, s, oldest)
 		calls += c
 		if !ok {
 			err = ErrNotRecorded
@@ -250,7 +252,7 @@ func (x *Index) Record(p *Prompt, id uint32, now time.Time) (calls int, err erro
 	return calls, err
 }
 
-func (x *Index) recordPoint(h uint64, id, s, oldest uint32) (calls int, ok bool) {
+func (x *Index) recordPoint(h uint64, ids []uint32, s, oldest uint32) (calls int, ok bool) {
 	key := x.slotKey(h)
 	for range casAttempts {
 		v, cas, err := x.store.Get(key)
@@ -264,8 +266,12 @@ func (x *Index) recordPoint(h uint64, id, s, oldest uint32) (calls int, ok bool)
 		if !x.rec.parse(v) {
 			x.rec.n = 0 // absent or garbage: start empty
 		}
-		if !x.rec.touch(h, id, s, oldest) {
-			return calls, true // already fresh this second
+		changed := false
+		for _, id := range ids {
+			changed = x.rec.touch(h, id, s, oldest) || changed
+		}
+		if !changed {
+			return calls, true // all already fresh this second
 		}
 		x.buf = x.rec.append(x.buf[:0])
 		err = x.store.Set(key, x.buf, cas)
@@ -417,8 +423,10 @@ func (r *record) touch(h uint64, id, s, oldest uint32) bool {
 		r.entries[k] = entry{hash: h}
 	}
 	e := &r.entries[k]
-	if e.n > 0 && e.eps[0].id == id && e.eps[0].at >= s {
-		return false
+	for _, ep := range e.eps[:e.n] {
+		if ep.id == id && ep.at >= s {
+			return false // its order among this second's endpoints does not matter
+		}
 	}
 	// Rebuild: id first, then the others still within the TTL, in order.
 	out := [PerEntry]endpointAt{{id, s}}

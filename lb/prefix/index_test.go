@@ -72,10 +72,15 @@ func TestRenderSharesPrefixesOnlyWithinModelAndSalt(t *testing.T) {
 	render(t, r, `{"model":"m1","prompt":"`+shared+`"}`, "/v1/completions?x=1")
 	render(t, r, `{"model":"m1","instructions":"be brief","input":"`+shared+`"}`, "/v1/responses")
 	var p Prompt
-	for _, bad := range [][2]string{{`{"model":"m1"}`, "/v1/chat/completions"}, {`{"messages":[`, "/v1/chat/completions"}, {`{"prompt":"x"}`, "/v1/embeddings"}} {
+	for _, bad := range [][2]string{{`{"model":"m1"}`, "/v1/chat/completions"}, {`{"prompt":"x"}`, "/v1/embeddings"}, {``, "/v1/completions"}} {
 		if r.Render([]byte(bad[0]), bad[1], &p) {
 			t.Errorf("Render(%s, %s) = true", bad[0], bad[1])
 		}
+	}
+	// Invalid JSON is the caller's to reject; Render must just not fail.
+	for _, junk := range []string{`{"messages":[`, `{"messages"`, `[1,2`, `"`, `{"prompt":"\`} {
+		r.Render([]byte(junk), "/v1/chat/completions", &p)
+		r.Render([]byte(junk), "/v1/completions", &p)
 	}
 }
 
@@ -118,10 +123,10 @@ func TestLookupFindsLongestPrefixPerEndpoint(t *testing.T) {
 	reqB := prompt(rng, system.Hashes, 20) // another tenant, served by B
 	query := prompt(rng, ctx.Hashes, 9)    // same tenant, new question
 	A, B, C := EndpointID("a"), EndpointID("b"), EndpointID("c")
-	if _, err := x.Record(&reqA, A, t0); err != nil {
+	if _, err := x.Record(&reqA, t0, A); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.Record(&reqB, B, t0); err != nil {
+	if _, err := x.Record(&reqB, t0, B); err != nil {
 		t.Fatal(err)
 	}
 	var m Match
@@ -150,7 +155,7 @@ func TestLookupFindsLongestPrefixPerEndpoint(t *testing.T) {
 	var p1, p2 Prompt
 	r.HashText("m1", "", []byte(strings.Repeat("a", 4096)), &p1)
 	r.HashText("m2", "", []byte(strings.Repeat("a", 4096)), &p2)
-	_, _ = x.Record(&p1, A, t0)
+	_, _ = x.Record(&p1, t0, A)
 	x.Lookup(&p2, t0, &m)
 	if len(m.Hits) != 0 {
 		t.Errorf("another model: hits %v", m.Hits)
@@ -161,8 +166,8 @@ func TestRecordSkipsWhatIsFresh(t *testing.T) {
 	x, _ := New(lb.NewMemStore(), DefaultParams())
 	rng := rand.New(rand.NewPCG(3, 4))
 	p := prompt(rng, nil, 100)
-	c1, _ := x.Record(&p, 7, t0)
-	c2, _ := x.Record(&p, 7, t0)
+	c1, _ := x.Record(&p, t0, 7)
+	c2, _ := x.Record(&p, t0, 7)
 	if pts := len(x.samplePoints(100)); c2 != pts {
 		t.Errorf("second record in the same second: %d calls, want %d reads and no write (first: %d)", c2, pts, c1)
 	}
@@ -201,11 +206,11 @@ func TestBoundUnderAMillionUniquePrompts(t *testing.T) {
 	for i := range n {
 		now := t0.Add(time.Duration(i) * time.Millisecond) // 1000 prompts/s
 		q = prompt(rng, nil, 1+i%3)
-		if _, err := x.Record(&q, uint32(i%16+1), now); err != nil {
+		if _, err := x.Record(&q, now, uint32(i%16+1)); err != nil {
 			t.Fatal(err)
 		}
 		if i%200 == 0 { // the hot prefix is served five times a second
-			_, _ = x.Record(&hot, 99, now)
+			_, _ = x.Record(&hot, now, 99)
 		}
 	}
 	bytes := 0
@@ -243,7 +248,7 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 			defer wg.Done()
 			x, _ := New(store, p)
 			for i := range prompts {
-				_, err := x.Record(&prompts[i], uint32(v+1), t0)
+				_, err := x.Record(&prompts[i], t0, uint32(v+1))
 				ok[v][i] = err == nil
 				if err != nil && !errors.Is(err, ErrNotRecorded) {
 					t.Error(err)
@@ -266,6 +271,21 @@ func TestConcurrentWritersLoseNothing(t *testing.T) {
 	if lost > 0 {
 		t.Errorf("%d successful records not found", lost)
 	}
+}
+
+func FuzzRender(f *testing.F) {
+	f.Add([]byte(`{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"prompt":"abc","cache_salt":"s"}`))
+	f.Add([]byte(`{"messages":[`))
+	r := NewRenderer(64)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var p Prompt
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate"} {
+			if r.Render(body, path, &p) && len(p.Hashes) != p.Bytes/64 {
+				t.Fatalf("%d hashes for %d bytes", len(p.Hashes), p.Bytes)
+			}
+		}
+	})
 }
 
 func FuzzRecord(f *testing.F) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -40,61 +41,88 @@ func NewRenderer(blockBytes int) *Renderer {
 //
 //   - the chain is seeded with the model and cache_salt, so two models (or two
 //     salts) never share an entry;
-//   - chat (/chat/completions): tool definitions first (the chat templates put
-//     them in the system turn), then each message's role, content and tool
-//     calls, as their raw JSON: equal text has equal JSON, so equal prefixes
-//     hash equal without decoding a byte;
+//   - chat (/chat/completions): the tool definitions first (the chat
+//     templates put them in the system turn), then the messages, each with
+//     its role, content and tool calls;
 //   - /completions: the prompt; /generate: text or input_ids; /responses:
 //     tools, instructions, then input.
 //
-// It reports false when the body has no prompt it can read (the caller then
-// routes without the index).
+// Each part is taken as its raw JSON: equal text has equal JSON from one
+// client, so equal prefixes hash equal without decoding a byte, and the
+// body is read in one pass (it finds the top-level members) plus one over
+// the parts it keeps. The body must be valid JSON (the filter's estimate
+// has validated it); Render never fails on one that is not, it just hashes
+// what it finds. It reports false when the body has no prompt it reads (the
+// caller then routes without the index). body must not change during the
+// call.
 func (r *Renderer) Render(body []byte, path string, p *Prompt) bool {
 	p.Hashes, p.Bytes = p.Hashes[:0], 0
-	if !gjson.ValidBytes(body) {
+	if len(body) == 0 {
 		return false
 	}
-	b := r.buf[:0]
-	root := gjson.ParseBytes(body)
-	path, _, _ = strings.Cut(path, "?")
-	piece := func(tag byte, v gjson.Result) {
-		if v.Exists() {
-			b = append(b, tag)
-			b = append(b, v.Raw...)
-			b = append(b, 0x1f)
+	var model, salt string
+	var part [6]string // tools, instructions, messages/prompt/input/text, input_ids
+	const (
+		tools = iota
+		instructions
+		messages
+		prompt
+		input
+		text
+	)
+	var ids string
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			model = v.Str
+		case "cache_salt":
+			salt = v.Str
+		case "tools":
+			part[tools] = v.Raw
+		case "instructions":
+			part[instructions] = v.Raw
+		case "messages":
+			part[messages] = v.Raw
+		case "prompt":
+			part[prompt] = v.Raw
+		case "input":
+			part[input] = v.Raw
+		case "text":
+			part[text] = v.Raw
+		case "input_ids":
+			ids = v.Raw
 		}
-	}
+		return true
+	})
+	path, _, _ = strings.Cut(path, "?")
+	var order []int
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
-		piece('T', root.Get("tools"))
-		msgs := root.Get("messages")
-		if !msgs.IsArray() {
-			return false
-		}
-		msgs.ForEach(func(_, m gjson.Result) bool {
-			piece('R', m.Get("role"))
-			piece('C', m.Get("content"))
-			piece('K', m.Get("tool_calls"))
-			piece('I', m.Get("tool_call_id"))
-			return true
-		})
+		order = []int{tools, messages}
 	case strings.HasSuffix(path, "/responses"):
-		piece('T', root.Get("tools"))
-		piece('S', root.Get("instructions"))
-		piece('P', root.Get("input"))
+		order = []int{tools, instructions, input}
 	case strings.HasSuffix(path, "/completions"):
-		piece('P', root.Get("prompt"))
+		order = []int{prompt}
 	case strings.HasSuffix(path, "/generate"):
-		piece('P', root.Get("text"))
-		piece('D', root.Get("input_ids"))
+		if part[text] == "" {
+			part[text] = ids
+		}
+		order = []int{text}
 	default:
 		return false
 	}
+	b := r.buf[:0]
+	for _, i := range order {
+		if part[i] != "" {
+			b = append(b, byte('A'+i))
+			b = append(b, part[i]...)
+		}
+	}
 	r.buf = b
-	if len(b) == 0 {
+	if len(b) == 0 || part[order[len(order)-1]] == "" {
 		return false
 	}
-	r.hash(seed(root.Get("model").Str, root.Get("cache_salt").Str), b, p)
+	r.hash(seed(model, salt), b, p)
 	return true
 }
 
