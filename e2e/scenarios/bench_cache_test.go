@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pdroute/pdroute/e2e/envoyemu"
@@ -17,7 +18,9 @@ import (
 // round robin without the index: one VM in envoyemu's Driver, as
 // BenchmarkFilterCPU. It reports the index's shared-data calls per request
 // (reads of the lookup, reads and writes of the records) and the index's
-// bytes after the run.
+// bytes after the run. The same prompt repeated finds its points fresh and
+// skips their writes; the -unique runs send a new prompt every time, so
+// every point is written.
 func BenchmarkCacheAwareCPU(b *testing.B) {
 	code := pluginCode(b)
 	probe := text(64 << 10)
@@ -34,13 +37,19 @@ func BenchmarkCacheAwareCPU(b *testing.B) {
 	}
 	const slots = 4096
 	for _, tokens := range []int{8 << 10, 55 << 10} {
-		body := chat(text(int(float64(tokens)/perChar)), nil)
+		body := chat("00000000 "+text(int(float64(tokens)/perChar)), nil)
+		digits := strings.Index(string(body), "00000000")
 		answer := prefillAnswer(tokens)
-		for _, tc := range []struct{ name, strategy, route string }{
-			{"round_robin/direct", "round_robin", "direct"},
-			{"cache_aware/direct", "cache_aware", "direct"},
-			{"round_robin/disagg", "round_robin", "disagg"},
-			{"cache_aware/disagg", "cache_aware", "disagg"},
+		for _, tc := range []struct {
+			name, strategy, route string
+			unique                bool // every request a new prompt: the index writes every point
+		}{
+			{"round_robin/direct", "round_robin", "direct", false},
+			{"cache_aware/direct", "cache_aware", "direct", false},
+			{"cache_aware/direct-unique", "cache_aware", "direct", true},
+			{"round_robin/disagg", "round_robin", "disagg", false},
+			{"cache_aware/disagg", "cache_aware", "disagg", false},
+			{"cache_aware/disagg-unique", "cache_aware", "disagg", true},
 		} {
 			b.Run(fmt.Sprintf("%s/%dk", tc.name, tokens>>10), func(b *testing.B) {
 				threshold := 100_000_000
@@ -85,6 +94,9 @@ func BenchmarkCacheAwareCPU(b *testing.B) {
 						}
 						indexCalls -= calls()
 						b.StartTimer()
+					}
+					if tc.unique {
+						copy(body[digits:], fmt.Sprintf("%08d", i))
 					}
 					driveRequest(b, d, body, tc.route == "disagg", answer)
 				}
