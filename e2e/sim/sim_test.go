@@ -96,3 +96,57 @@ func TestMatrixParsesAndIsUnique(t *testing.T) {
 		}
 	}
 }
+
+// cache_aware follows the prompt, not its first kilobyte: on agentic, where
+// every prompt starts with the same system prompt, it hits the cache more
+// than prefix_affinity; and with the decoder chosen from the headers alone
+// it is back to load-only balancing.
+func TestCacheAwareHitsTheCache(t *testing.T) {
+	p := prepared(t, "agentic", 400, 8)
+	hit := func(v Variant) float64 {
+		st := setup(t, v)
+		r, err := Run(&st, p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.PrefixHitRate
+	}
+	agg := Shape{0, 8}
+	pa := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.PrefixAffinity})
+	ca := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware})
+	blind := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware, DecodeBeforeBody: true})
+	rr := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.RoundRobin})
+	t.Logf("hits: ca %.2f pa %.2f blind %.2f rr %.2f", ca, pa, blind, rr)
+	if ca < pa+0.1 || blind > rr+0.05 {
+		t.Errorf("prefix hit rate: cache_aware %.2f, prefix_affinity %.2f, cache_aware from headers %.2f, round_robin %.2f", ca, pa, blind, rr)
+	}
+}
+
+// threshold_on "uncached" serves prompts whose prefix the decoder holds
+// without a prefill: fewer requests are disaggregated than with the same
+// threshold on the whole prompt.
+func TestUncachedThresholdDisaggregatesLess(t *testing.T) {
+	p := prepared(t, "tenants", 300, 4)
+	frac := func(on config.ThresholdOn) float64 {
+		s := setup(t, Variant{Shape: Shape{4, 4}, Threshold: 4096, Strategy: config.CacheAware, ThresholdOn: on})
+		r, err := Run(&s, p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.DisaggregatedFraction
+	}
+	// tenants: every prompt is 7.2k tokens, 6k of them a context seen before.
+	whole, uncached := frac(config.ThresholdOnPrompt), frac(config.ThresholdOnUncached)
+	t.Logf("disaggregated: whole %.2f uncached %.2f", whole, uncached)
+	if whole != 1 || uncached > 0.8 {
+		t.Errorf("disaggregated: whole prompt %.2f, uncached %.2f", whole, uncached)
+	}
+}
+
+func TestStudiesParse(t *testing.T) {
+	for _, v := range append(CacheMatrix(8), UncachedMatrix(8)...) {
+		if s := setup(t, v); s.GPUs() != 8 {
+			t.Errorf("%s: %d GPUs", s.Name, s.GPUs())
+		}
+	}
+}
