@@ -9,7 +9,7 @@ import (
 )
 
 const cacheConfig = `{"mode":"nixl","threshold_tokens":1500,"threshold_on":"uncached","debug_headers":true,
- "prefill":{"strategy":"cache_aware","endpoints":[{"name":"prefill-1","cluster":"prefill-1"},{"name":"prefill-2","cluster":"prefill-2"},{"name":"prefill-3","cluster":"prefill-3"}]},
+ "prefill":{"strategy":"cache_aware","endpoints":[{"name":"prefill-1","cluster":"prefill-1","host":"10.0.0.1"},{"name":"prefill-2","cluster":"prefill-2","host":"10.0.0.2"},{"name":"prefill-3","cluster":"prefill-3","host":"10.0.0.3"}]},
  "decode":{"strategy":"cache_aware","endpoints":[{"name":"decode-1","cluster":"decode-1"},{"name":"decode-2","cluster":"decode-2"},{"name":"decode-3","cluster":"decode-3"}]}}`
 
 // words returns n distinct-looking words (~n tokens) for prompt text.
@@ -50,7 +50,15 @@ func finish(t *testing.T, h filtertest.Harness, id uint32, disagg bool) map[stri
 // served by the decoder that holds the prefix, without a prefill: its
 // uncached tokens are under the threshold, its whole prompt is not.
 func TestCacheAwareKeepsASharedPrefixTogether(t *testing.T) {
-	run(t, cacheConfig, func(t *testing.T, h filtertest.Harness) {
+	for _, mode := range []string{"nixl", "orchestrated"} {
+		t.Run(mode, func(t *testing.T) {
+			cacheAwareKeepsASharedPrefixTogether(t, strings.Replace(cacheConfig, `"nixl"`, `"`+mode+`"`, 1))
+		})
+	}
+}
+
+func cacheAwareKeepsASharedPrefixTogether(t *testing.T, config string) {
+	run(t, config, func(t *testing.T, h filtertest.Harness) {
 		// Four contexts of ~3 000 tokens (1 500 two-token words), each sent
 		// twice with a different ~2 000-token question: each pair must meet
 		// (by chance: 1 in 3⁴).
