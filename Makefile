@@ -55,6 +55,17 @@ race: ## the native concurrent code under the race detector
 sim: ## routing simulator: shipped workloads (or TRACE=…, CONFIGS=…) → build/sim/ (table, JSON, plots)
 	$(GO) run ./e2e/sim/cmd/pdroute-sim -out $(BUILD)/sim $(if $(TRACE),-trace $(TRACE)) $(foreach c,$(CONFIGS),-config $(c)) $(SIMFLAGS)
 
+# The cache-aware routing studies of docs/ROUTING.md ("Cache-aware routing"): aggregated
+# strategies on tenants, agentic, rag and mix, then whole-prompt against uncached thresholds.
+.PHONY: sim-validate
+sim-validate: ## replay a mixed trace through the dev stack in real time and compare with the simulator (idle machine, ~20 s)
+	PDROUTE_SIM_VALIDATE=1 $(GO) test -count=1 -run TestReplayThroughStackAgrees -v ./e2e/sim/
+
+.PHONY: sim-cache
+sim-cache: ## cache-aware routing studies (2000 requests per load) → build/sim-cache/, build/sim-uncached/
+	$(GO) run ./e2e/sim/cmd/pdroute-sim -study cache -workloads tenants,agentic,rag,mix -requests 2000 -out $(BUILD)/sim-cache
+	$(GO) run ./e2e/sim/cmd/pdroute-sim -study uncached -workloads mix,agentic -requests 2000 -out $(BUILD)/sim-uncached
+
 fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
 	@./.ci/fuzz-all $(FUZZTIME)
 

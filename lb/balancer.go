@@ -44,11 +44,14 @@ type Balancer struct {
 
 	// Per-VM scratch reused by every pick. usable is the pick's usable endpoints:
 	// all, or usableBuf when some endpoint is out.
-	usable     []int
-	usableBuf  []int
-	health     []healthEntry
-	engineLoad []float64 // per endpoint, filled by engineLoads
-	buf        []byte
+	usable      []int
+	usableBuf   []int
+	health      []healthEntry
+	engineLoad  []float64 // per endpoint, filled by engineLoads
+	cached      []int     // per endpoint, the current PickCached's (nil otherwise)
+	cachedTotal int       // the current PickCached's prompt size
+	turn        uint64    // this VM's rotation for cache_aware's ties
+	buf         []byte
 
 	// debt[i] is in-flight decrements for endpoint i not yet written because of
 	// contention; owed says whether any is non-zero.
@@ -196,6 +199,8 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 		})
 	case PrefixAffinity:
 		b.countInflight(l, now, func(v inflightView) int { return b.affinity(v, prefixKey) })
+	case CacheAware:
+		b.countInflight(l, now, func(v inflightView) int { return b.cacheAware(v) })
 	}
 }
 

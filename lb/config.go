@@ -31,6 +31,12 @@ const (
 	// hashing of the prefix key) unless that endpoint is above affinity_load_factor
 	// × the mean in-flight, in which case the key's next choice takes it.
 	PrefixAffinity
+	// CacheAware sends a request to the usable endpoint holding the longest
+	// cached prefix of its prompt (from the shared prefix index, lb/prefix)
+	// among those whose in-flight count is under cache_load_factor × the mean
+	// + cache_load_slack; with no cached prefix among them, to the least
+	// in-flight. See [Balancer.PickCached].
+	CacheAware
 )
 
 var strategyNames = [...]string{
@@ -40,6 +46,7 @@ var strategyNames = [...]string{
 	QPS:            "qps",
 	PowerOfTwo:     "power_of_two",
 	PrefixAffinity: "prefix_affinity",
+	CacheAware:     "cache_aware",
 }
 
 // String returns the strategy's configuration name, e.g. "least_loaded".
@@ -63,7 +70,7 @@ func ParseStrategy(name string) (Strategy, error) {
 // countsInflight reports whether the strategy reads pdroute's in-flight counts, and
 // so whether picks and releases must maintain them.
 func (s Strategy) countsInflight() bool {
-	return s == LeastLoaded || s == PowerOfTwo || s == PrefixAffinity
+	return s == LeastLoaded || s == PowerOfTwo || s == PrefixAffinity || s == CacheAware
 }
 
 // MaxEndpoints is the largest pool accepted: the size the shared values and the
@@ -108,6 +115,23 @@ type PoolConfig struct {
 	// bounded-loads paper recommends; at least 1.
 	AffinityLoadFactor float64
 
+	// CacheLoadFactor and CacheLoadSlack (JSON "cache_load_factor",
+	// "cache_load_slack"): under CacheAware an endpoint is under its load bound
+	// while its in-flight count + 1 ≤ factor × mean + slack (mean over the
+	// usable endpoints, counting this request). Defaults 1.5 and 4, chosen
+	// with the simulator (docs/ROUTING.md): the slack keeps a prefix where it
+	// is cached while the pool is lightly loaded, since a continuous-batching
+	// engine serves a few extra requests almost for free, and the factor
+	// gives way before one endpoint takes a queue the others do not have.
+	CacheLoadFactor float64
+	CacheLoadSlack  float64
+	// CacheMinGain (JSON "cache_min_gain"): under CacheAware, endpoints whose
+	// cached prefixes differ by less than this share of the prompt are
+	// equal, and load decides between them. Default 0.1: a shared system
+	// prompt of 2 % of a long unique document must not pull every request
+	// to the endpoint that served it first.
+	CacheMinGain float64
+
 	// FailureThreshold (JSON "failure_threshold"): consecutive failures that put an
 	// endpoint in cool-down. Default 3: one failure can be a client-caused reset.
 	// 0 disables passive health (no health reads or writes at all).
@@ -143,6 +167,9 @@ func DefaultPoolConfig() PoolConfig {
 		QPSWindow:           10 * time.Second,
 		AffinityPrefixBytes: 1024,
 		AffinityLoadFactor:  1.25,
+		CacheLoadFactor:     1.5,
+		CacheLoadSlack:      4,
+		CacheMinGain:        0.1,
 		FailureThreshold:    3,
 		Cooldown:            10 * time.Second,
 	}
@@ -211,6 +238,15 @@ func (c *PoolConfig) validateSettings() error {
 	}
 	if math.IsNaN(c.AffinityLoadFactor) || math.IsInf(c.AffinityLoadFactor, 0) || c.AffinityLoadFactor < 1 {
 		return &FieldError{"affinity_load_factor", "must be a finite number >= 1"}
+	}
+	if math.IsNaN(c.CacheLoadFactor) || math.IsInf(c.CacheLoadFactor, 0) || c.CacheLoadFactor < 1 {
+		return &FieldError{"cache_load_factor", "must be a finite number >= 1"}
+	}
+	if math.IsNaN(c.CacheLoadSlack) || math.IsInf(c.CacheLoadSlack, 0) || c.CacheLoadSlack < 0 {
+		return &FieldError{"cache_load_slack", "must be a finite number >= 0"}
+	}
+	if math.IsNaN(c.CacheMinGain) || c.CacheMinGain < 0 || c.CacheMinGain > 1 {
+		return &FieldError{"cache_min_gain", "must be a number in [0, 1]"}
 	}
 	if c.FailureThreshold < 0 || c.FailureThreshold > math.MaxUint16 {
 		return &FieldError{"failure_threshold", fmt.Sprintf("must be in [0, %d]", math.MaxUint16)}

@@ -15,7 +15,9 @@
 //     prefix_affinity: the strategies that read it);
 //   - the qps sliding window (qps);
 //   - passive health: consecutive failures, cool-downs and the half-open probe;
-//   - engine stats with their observation time ([Balancer.PutStats]).
+//   - engine stats with their observation time ([Balancer.PutStats]);
+//   - the prefix index of the cache_aware strategy, under "px/<slot>" keys
+//     (package lb/prefix, a fixed number of small records).
 //
 // Per VM, in the Go heap of one [Balancer]: the configuration, the injected random
 // source, scratch buffers, and decrements that could not yet be written because of

@@ -3,7 +3,8 @@
 // wasm filter, from the same pure packages — filter/config (parse, match,
 // decide, failure policy), filter/connector (prefill and decode bodies,
 // request ids), filter/apierr (error answers), tokenest (the estimate) and
-// lb over an lb.MemStore (endpoint choice) — but with net/http in place of
+// lb over an lb.MemStore (endpoint choice, and lb/prefix's index for
+// cache_aware and threshold_on "uncached") — but with net/http in place of
 // Envoy. It exists to compare the filter in a proxy with a native router on
 // the same mock engines (e2e/scenarios benchmarks and a differential test);
 // it is not a product.
@@ -31,6 +32,7 @@ import (
 	"github.com/pdroute/pdroute/filter/config"
 	"github.com/pdroute/pdroute/filter/connector"
 	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/lb/prefix"
 	"github.com/pdroute/pdroute/tokenest"
 )
 
@@ -43,8 +45,56 @@ type Proxy struct {
 	urls   map[string]string
 	client *http.Client
 
-	mu              sync.Mutex // guards the balancers (lb.Balancer is single-threaded)
+	mu              sync.Mutex // guards the balancers and the index (single-threaded)
 	prefill, decode *lb.Balancer
+	// index is the shared prefix index (nil unless cache_aware or
+	// threshold_on "uncached"), in the balancers' store.
+	index          *prefix.Index
+	preIDs, decIDs []uint32
+}
+
+// looked is what the prefix index says of one request's prompt.
+type looked struct {
+	prompt prefix.Prompt
+	match  prefix.Match
+}
+
+// lookup renders body and looks its prompt up (nil without an index or a
+// prompt it reads).
+func (p *Proxy) lookup(body []byte, path string) *looked {
+	if p.index == nil {
+		return nil
+	}
+	l := &looked{}
+	if !prefix.NewRenderer(p.cfg.PrefixIndex.BlockBytes).Render(body, path, &l.prompt) {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.index.Lookup(&l.prompt, time.Now(), &l.match)
+	return l
+}
+
+// cached is what each endpoint of ids holds of the prompt, and its size.
+func (l *looked) cached(ids []uint32) ([]int, int) {
+	if l == nil {
+		return nil, 0
+	}
+	return l.match.PerEndpoint(ids, nil), l.prompt.Bytes
+}
+
+// record notes the chosen decoder and prefiller (-1: none) in the index.
+func (p *Proxy) record(l *looked, dec, pre int) {
+	if l == nil {
+		return
+	}
+	ids := []uint32{p.decIDs[dec]}
+	if pre >= 0 {
+		ids = append(ids, p.preIDs[pre])
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = p.index.Record(&l.prompt, time.Now(), ids...)
 }
 
 // New returns a proxy for cfg. Endpoints given by address are reached at
@@ -88,6 +138,17 @@ func New(cfg *config.Config, clusters map[string]string, client *http.Client) (*
 			return nil, err
 		}
 	}
+	if cfg.UsesPrefixIndex() {
+		if p.index, err = prefix.New(store, cfg.IndexParams()); err != nil {
+			return nil, err
+		}
+		for _, e := range cfg.Prefill.Endpoints {
+			p.preIDs = append(p.preIDs, prefix.EndpointID(e.Name))
+		}
+		for _, e := range cfg.Decode.Endpoints {
+			p.decIDs = append(p.decIDs, prefix.EndpointID(e.Name))
+		}
+	}
 	return p, nil
 }
 
@@ -97,14 +158,14 @@ type leg struct {
 	ep    *config.Endpoint
 }
 
-func (p *Proxy) pick(b *lb.Balancer, pool *config.Pool, body []byte, path string) (leg, error) {
+func (p *Proxy) pick(b *lb.Balancer, pool *config.Pool, body []byte, path string, cached []int, total int) (leg, error) {
 	var key uint64
 	if pool.Strategy == config.PrefixAffinity && body != nil {
 		key, _ = tokenest.PrefixKey(body, path, pool.AffinityPrefixBytes)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l, err := b.Pick(time.Now(), key)
+	l, err := b.PickCached(time.Now(), key, cached, total)
 	if err != nil {
 		return leg{}, err
 	}
@@ -162,14 +223,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var random [16]byte
 	_, _ = crand.Read(random[:])
 	reqID := connector.RequestID(r.Header.Get("x-request-id"), random)
-	dec, err := p.pick(p.decode, &cfg.Decode, body, r.URL.Path)
+	look := p.lookup(body, r.URL.Path)
+	cached, total := look.cached(p.decIDs)
+	dec, err := p.pick(p.decode, &cfg.Decode, body, r.URL.Path, cached, total)
 	if err != nil {
 		p.fail(w, apierr.NoDecodeEndpoint, "")
 		return
 	}
-	x := &exchange{p: p, w: w, r: r, req: req, body: body, reqID: reqID, tokens: tokens, decode: dec}
-	if cfg.Decide(r.Method, r.URL.Path, r.Header.Get("content-type"), tokens) != config.Disaggregate ||
+	x := &exchange{p: p, w: w, r: r, req: req, body: body, reqID: reqID, tokens: tokens, decode: dec, look: look}
+	cachedTokens := 0
+	if look != nil && total > 0 && tokens > 0 {
+		cachedTokens = int(look.match.CachedShare(p.decIDs[dec.lease.Index]) * float64(tokens))
+	}
+	if cfg.DecideCached(r.Method, r.URL.Path, r.Header.Get("content-type"), tokens, cachedTokens) != config.Disaggregate ||
 		connector.Disaggregable(cfg.Mode, req) != nil {
+		p.record(look, dec.lease.Index, -1)
 		x.toDecoder(req.Direct(), "direct")
 		return
 	}
@@ -200,15 +268,19 @@ type exchange struct {
 	tokens  int
 	prefill leg
 	decode  leg
+	look    *looked
 }
 
 func (x *exchange) disaggregate() {
 	cfg := x.p.cfg
-	pre, err := x.p.pick(x.p.prefill, &cfg.Prefill, x.body, x.r.URL.Path)
+	cached, total := x.look.cached(x.p.preIDs)
+	pre, err := x.p.pick(x.p.prefill, &cfg.Prefill, x.body, x.r.URL.Path, cached, total)
 	if err != nil {
+		x.p.record(x.look, x.decode.lease.Index, -1)
 		x.afterFailure(config.PrefillNoEndpoint, "")
 		return
 	}
+	x.p.record(x.look, x.decode.lease.Index, pre.lease.Index)
 	x.prefill = pre
 	status, answer, outcome := x.callPrefill()
 	x.p.finish(pre, outcome == config.PrefillServerError || outcome == config.PrefillReset || outcome == config.PrefillTimeout)
@@ -321,7 +393,7 @@ func (x *exchange) legHeaders(hr *http.Request) {
 
 // passthrough sends a request pdroute does not handle to a decoder as is.
 func (p *Proxy) passthrough(w http.ResponseWriter, r *http.Request) {
-	dec, err := p.pick(p.decode, &p.cfg.Decode, nil, r.URL.Path)
+	dec, err := p.pick(p.decode, &p.cfg.Decode, nil, r.URL.Path, nil, 0)
 	if err != nil {
 		p.fail(w, apierr.NoDecodeEndpoint, "")
 		return

@@ -192,3 +192,14 @@ func TestNewRejects(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// With threshold_on "uncached" a long prompt the decoder already holds (it
+// served it before) is served direct, as the filter does.
+func TestUncachedThreshold(t *testing.T) {
+	srv, _, _ := setup(t, config.ModeNIXL, `,"threshold_on":"uncached"`)
+	for i, want := range []string{"disagg", "direct"} {
+		if r := post(t, srv.URL, body(long, "")); r.Status != 200 || r.Header.Get("x-pdroute-path") != want {
+			t.Fatalf("request %d: %d path %q, want %s", i, r.Status, r.Header.Get("x-pdroute-path"), want)
+		}
+	}
+}

@@ -26,6 +26,11 @@ type Variant struct {
 	Threshold int
 	// Strategy of both pools (config.Strategy names).
 	Strategy config.Strategy
+	// ThresholdOn is the plugin's threshold_on ("" = the default, prompt).
+	ThresholdOn config.ThresholdOn
+	// DecodeBeforeBody chooses the decoder from the headers alone (the
+	// flag-free request path; see Setup.DecodeBeforeBody).
+	DecodeBeforeBody bool
 }
 
 // Name is the variant's label in tables and plots.
@@ -37,12 +42,20 @@ func (v Variant) Name() string {
 	case v.Threshold == 0:
 		t = "always"
 	}
-	return fmt.Sprintf("%s %s %s", t, v.Shape, v.Strategy)
+	name := fmt.Sprintf("%s %s %s", t, v.Shape, v.Strategy)
+	if v.ThresholdOn == config.ThresholdOnUncached && t != "never" && t != "always" {
+		name = "uncached " + name
+	}
+	if v.DecodeBeforeBody {
+		name += " headers"
+	}
+	return name
 }
 
 // Strategies are the balancing strategies compared.
 var Strategies = []config.Strategy{
 	config.RoundRobin, config.Random, config.LeastLoaded, config.QPS, config.PowerOfTwo, config.PrefixAffinity,
+	config.CacheAware,
 }
 
 // Matrix is the shipped comparison on gpus engines:
@@ -63,17 +76,17 @@ func Matrix(gpus int) []Variant {
 		}
 		out = append(out, v)
 	}
-	add(Variant{agg, Never, config.RoundRobin})
-	add(Variant{pd, 0, config.RoundRobin})
+	add(Variant{Shape: agg, Threshold: Never, Strategy: config.RoundRobin})
+	add(Variant{Shape: pd, Threshold: 0, Strategy: config.RoundRobin})
 	for _, t := range []int{512, 1024, mid, 4096, 8192} {
-		add(Variant{pd, t, config.RoundRobin})
+		add(Variant{Shape: pd, Threshold: t, Strategy: config.RoundRobin})
 	}
 	for _, s := range Strategies {
-		add(Variant{agg, Never, s})
-		add(Variant{pd, mid, s})
+		add(Variant{Shape: agg, Threshold: Never, Strategy: s})
+		add(Variant{Shape: pd, Threshold: mid, Strategy: s})
 	}
 	for p := 1; p <= gpus/2; p++ {
-		add(Variant{Shape{p, gpus - p}, mid, config.RoundRobin})
+		add(Variant{Shape: Shape{p, gpus - p}, Threshold: mid, Strategy: config.RoundRobin})
 	}
 	return out
 }
@@ -93,12 +106,16 @@ func (v Variant) PluginJSON() []byte {
 	if p == 0 {
 		threshold, p = Never, 1 // a placeholder prefill endpoint
 	}
-	b, _ := json.Marshal(map[string]any{
+	cfg := map[string]any{
 		"mode":             "nixl",
 		"threshold_tokens": threshold,
 		"prefill":          pool("prefill", p),
 		"decode":           pool("decode", v.Shape.D),
-	})
+	}
+	if v.ThresholdOn != "" {
+		cfg["threshold_on"] = string(v.ThresholdOn)
+	}
+	b, _ := json.Marshal(cfg)
 	return b
 }
 
@@ -109,7 +126,8 @@ func (v Variant) Setup(profile engine.Params) (Setup, error) {
 	if err != nil {
 		return Setup{}, fmt.Errorf("sim: %s: %v", v.Name(), err)
 	}
-	return Setup{Name: v.Name(), Config: cfg, Raw: raw, Profile: profile, NoPrefillEngines: v.Shape.P == 0}, nil
+	return Setup{Name: v.Name(), Config: cfg, Raw: raw, Profile: profile, NoPrefillEngines: v.Shape.P == 0,
+		DecodeBeforeBody: v.DecodeBeforeBody}, nil
 }
 
 // UserSetup is a user's plugin configuration: every endpoint of both pools
@@ -120,4 +138,36 @@ func UserSetup(name string, raw []byte, profile engine.Params) (Setup, error) {
 		return Setup{}, fmt.Errorf("sim: %s: %v", name, err)
 	}
 	return Setup{Name: name, Config: cfg, Raw: raw, Profile: profile}, nil
+}
+
+// CacheMatrix is the cache-aware routing study (docs/ROUTING.md, "Cache-aware
+// routing") on gpus aggregated engines: round robin, the load-only
+// strategies, prefix_affinity and cache_aware, and cache_aware with the
+// decoder chosen from the headers alone (which leaves it load-only).
+func CacheMatrix(gpus int) []Variant {
+	agg := Shape{0, gpus}
+	var out []Variant
+	for _, s := range []config.Strategy{config.RoundRobin, config.LeastLoaded, config.PowerOfTwo, config.PrefixAffinity, config.CacheAware} {
+		out = append(out, Variant{Shape: agg, Threshold: Never, Strategy: s})
+	}
+	return append(out, Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware, DecodeBeforeBody: true})
+}
+
+// UncachedMatrix is the effective-length study on a P/D split of gpus
+// engines: thresholds on the whole prompt against thresholds on the tokens
+// the chosen decoder does not hold, all balanced by cache_aware, and the
+// same with the decoder chosen from the headers alone.
+func UncachedMatrix(gpus int) []Variant {
+	var out []Variant
+	for _, p := range []int{max(gpus/4, 1), gpus / 2} {
+		pd := Shape{p, gpus - p}
+		for _, t := range []int{2048, 4096} {
+			out = append(out,
+				Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware},
+				Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware, ThresholdOn: config.ThresholdOnUncached},
+				Variant{Shape: pd, Threshold: t, Strategy: config.CacheAware, ThresholdOn: config.ThresholdOnUncached, DecodeBeforeBody: true},
+			)
+		}
+	}
+	return out
 }

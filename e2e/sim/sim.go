@@ -22,6 +22,7 @@ import (
 	"github.com/pdroute/pdroute/e2e/sim/trace"
 	"github.com/pdroute/pdroute/filter/config"
 	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/lb/prefix"
 	"github.com/pdroute/pdroute/tokenest"
 )
 
@@ -44,6 +45,8 @@ type PreparedRequest struct {
 	Hashes    []uint64
 	estimates map[tokenest.Method]int
 	prefixes  map[int]uint64
+	// rendered is the prefix index's view of the body, per block size.
+	rendered map[int]*prefix.Prompt
 }
 
 // Prepare renders a trace's bodies and prompt block hashes.
@@ -63,6 +66,7 @@ func Prepare(name string, reqs []trace.Request, blockSize int) *Prepared {
 			Hashes:       engine.BlockHashes(r.PromptText(q), blockSize, tokens/blockSize),
 			estimates:    map[tokenest.Method]int{},
 			prefixes:     map[int]uint64{},
+			rendered:     map[int]*prefix.Prompt{},
 		}
 	}
 	return p
@@ -117,6 +121,21 @@ func (r *PreparedRequest) prefixKey(p *config.Pool) uint64 {
 	return k
 }
 
+// indexPrompt is the filter's prefix-index rendering of the body (nil when
+// the body has no prompt it reads).
+func (r *PreparedRequest) indexPrompt(blockBytes int) *prefix.Prompt {
+	if v, ok := r.rendered[blockBytes]; ok {
+		return v
+	}
+	var p prefix.Prompt
+	var out *prefix.Prompt
+	if prefix.NewRenderer(blockBytes).Render(r.Body, r.Path, &p) {
+		out = &p
+	}
+	r.rendered[blockBytes] = out
+	return out
+}
+
 // Warm computes every estimate and prefix key the setups will read, so runs
 // sharing the trace can then run concurrently without writing to it.
 func (p *Prepared) Warm(setups []Setup) {
@@ -127,6 +146,9 @@ func (p *Prepared) Warm(setups []Setup) {
 			r.estimate(m)
 			r.prefixKey(&s.Config.Prefill)
 			r.prefixKey(&s.Config.Decode)
+			if s.Config.UsesPrefixIndex() {
+				r.indexPrompt(s.Config.PrefixIndex.BlockBytes)
+			}
 		}
 	}
 }
@@ -143,6 +165,12 @@ type Setup struct {
 	// behind it (an aggregated fleet: the configuration never
 	// disaggregates). Its endpoints count no GPU.
 	NoPrefillEngines bool
+	// DecodeBeforeBody: the decoder is chosen from the headers alone, as in
+	// the filter's flag-free request path (route_at: headers), so a
+	// cache_aware decode pool cannot see the prompt and balances on load
+	// only. The prefill choice and threshold_on "uncached" still read the
+	// body (it has arrived by then).
+	DecodeBeforeBody bool
 }
 
 // GPUs is how many engines the setup runs (each engine is one profile
@@ -225,6 +253,22 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 	decBal, err := lb.New("decode", cfg.Decode.Balancing(), store, src)
 	if err != nil {
 		return Result{}, err
+	}
+	// The prefix index, in the same store as the balancers, as in the filter.
+	var index *prefix.Index
+	var preIDs, decIDs []uint32
+	var preCached, decCached []int
+	var match prefix.Match
+	if cfg.UsesPrefixIndex() {
+		if index, err = prefix.New(store, cfg.IndexParams()); err != nil {
+			return Result{}, err
+		}
+		for _, e := range cfg.Prefill.Endpoints {
+			preIDs = append(preIDs, prefix.EndpointID(e.Name))
+		}
+		for _, e := range cfg.Decode.Endpoints {
+			decIDs = append(decIDs, prefix.EndpointID(e.Name))
+		}
 	}
 	newEngines := func(n int) ([]*engine.Engine, error) {
 		out := make([]*engine.Engine, n)
@@ -318,21 +362,41 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 	}
 	arrive := func(r *PreparedRequest, now time.Duration) {
 		f := &flight{req: r, arrive: now}
-		route := cfg.Decide("POST", r.Path, "application/json", r.estimate(method))
-		if route == config.Passthrough {
+		est := r.estimate(method)
+		if cfg.Decide("POST", r.Path, "application/json", est) == config.Passthrough {
 			finishFlight(f, now, false)
 			return
 		}
 		handled++
-		// As the filter: the decoder is chosen first, then the prefiller.
-		l, err := decBal.Pick(T(now), r.prefixKey(&cfg.Decode))
+		// As the filter: the decoder is chosen first, then the route (which
+		// may depend on what that decoder holds), then the prefiller.
+		var ip *prefix.Prompt
+		preCached, decCached = nil, nil
+		if index != nil {
+			if ip = r.indexPrompt(cfg.PrefixIndex.BlockBytes); ip != nil {
+				index.Lookup(ip, T(now), &match)
+				preCached = match.PerEndpoint(preIDs, preCached)
+				if !s.DecodeBeforeBody {
+					decCached = match.PerEndpoint(decIDs, decCached)
+				}
+			}
+		}
+		l, err := decBal.PickCached(T(now), r.prefixKey(&cfg.Decode), decCached, promptBytes(ip))
 		if err != nil {
 			finishFlight(f, now, false)
 			return
 		}
 		f.decLease, f.dec = l, l.Index
+		cachedTokens := 0
+		if ip != nil && ip.Bytes > 0 && est > 0 {
+			cachedTokens = int(int64(est) * int64(match.CachedBytes(decIDs[f.dec])) / int64(ip.Bytes))
+		}
+		route := cfg.DecideCached("POST", r.Path, "application/json", est, cachedTokens)
 		if route == config.Disaggregate {
-			if pl, err := preBal.Pick(T(now), r.prefixKey(&cfg.Prefill)); err == nil && pre != nil {
+			if pl, err := preBal.PickCached(T(now), r.prefixKey(&cfg.Prefill), preCached, promptBytes(ip)); err == nil && pre != nil {
+				if ip != nil {
+					_, _ = index.Record(ip, T(now), decIDs[f.dec], preIDs[pl.Index])
+				}
 				f.disagg, f.preLease = true, pl
 				disagg++
 				pre[pl.Index].Submit(&engine.Request{Kind: engine.PrefillOnly, PromptTokens: r.PromptTokens, Hashes: r.Hashes, Tag: f}, now)
@@ -341,6 +405,9 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 			} else if err == nil {
 				pl.Release(T(now)) // a placeholder prefill pool: fall back as on failure
 			}
+		}
+		if ip != nil {
+			_, _ = index.Record(ip, T(now), decIDs[f.dec])
 		}
 		dec[f.dec].Submit(&engine.Request{Kind: engine.Full, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens, Hashes: r.Hashes, Tag: f}, now)
 		drain(dec[f.dec], false)
@@ -423,6 +490,13 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 		return res, fmt.Errorf("sim: %s on %s: %d completed + %d failed of %d requests", s.Name, p.Name, res.Completed, res.Failed, res.Requests)
 	}
 	return res, nil
+}
+
+func promptBytes(p *prefix.Prompt) int {
+	if p == nil {
+		return 0
+	}
+	return p.Bytes
 }
 
 // percentiles3 returns three nearest-rank percentiles of xs (sorted in place).

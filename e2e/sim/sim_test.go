@@ -32,7 +32,7 @@ func setup(t *testing.T, v Variant) Setup {
 
 func TestDeterministicForASeed(t *testing.T) {
 	p := prepared(t, "mix", 150, 8)
-	for _, v := range []Variant{{Shape{2, 6}, 2048, config.PowerOfTwo}, {Shape{0, 8}, Never, config.Random}} {
+	for _, v := range []Variant{{Shape: Shape{2, 6}, Threshold: 2048, Strategy: config.PowerOfTwo}, {Shape: Shape{0, 8}, Threshold: Never, Strategy: config.Random}} {
 		s := setup(t, v)
 		a, err := Run(&s, p, 7)
 		if err != nil {
@@ -53,7 +53,7 @@ func TestDeterministicForASeed(t *testing.T) {
 func TestThresholdDecides(t *testing.T) {
 	p := prepared(t, "mix", 200, 4)
 	frac := func(threshold int) float64 {
-		s := setup(t, Variant{Shape{2, 6}, threshold, config.RoundRobin})
+		s := setup(t, Variant{Shape: Shape{2, 6}, Threshold: threshold, Strategy: config.RoundRobin})
 		r, err := Run(&s, p, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +71,7 @@ func TestThresholdDecides(t *testing.T) {
 func TestPrefixAffinityHitsTheCache(t *testing.T) {
 	p := prepared(t, "tenants", 600, 8)
 	hit := func(s config.Strategy) float64 {
-		st := setup(t, Variant{Shape{0, 8}, Never, s})
+		st := setup(t, Variant{Shape: Shape{0, 8}, Threshold: Never, Strategy: s})
 		r, err := Run(&st, p, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func BenchmarkRun(b *testing.B) {
 	w, _ := trace.Lookup("mix")
 	reqs, _ := w.Generate(trace.Load{Rate: 12, Requests: 600, Seed: 1})
 	p := Prepare("mix", reqs, engine.Profiles[engine.DefaultProfile].BlockSize)
-	s, err := Variant{Shape{2, 6}, 2048, config.PowerOfTwo}.Setup(engine.Profiles[engine.DefaultProfile])
+	s, err := Variant{Shape: Shape{2, 6}, Threshold: 2048, Strategy: config.PowerOfTwo}.Setup(engine.Profiles[engine.DefaultProfile])
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -140,5 +140,59 @@ func TestCompareIndependentOfWorkers(t *testing.T) {
 	}
 	if len(a.Results) != 12 || a.Results[0].Rate != 4 || a.Results[11].Rate != 8 {
 		t.Errorf("results %d, rates %v…%v", len(a.Results), a.Results[0].Rate, a.Results[11].Rate)
+	}
+}
+
+// cache_aware follows the prompt, not its first kilobyte: on agentic, where
+// every prompt starts with the same system prompt, it hits the cache more
+// than prefix_affinity; and with the decoder chosen from the headers alone
+// it is back to load-only balancing.
+func TestCacheAwareHitsTheCache(t *testing.T) {
+	p := prepared(t, "agentic", 400, 8)
+	hit := func(v Variant) float64 {
+		st := setup(t, v)
+		r, err := Run(&st, p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.PrefixHitRate
+	}
+	agg := Shape{0, 8}
+	pa := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.PrefixAffinity})
+	ca := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware})
+	blind := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.CacheAware, DecodeBeforeBody: true})
+	rr := hit(Variant{Shape: agg, Threshold: Never, Strategy: config.RoundRobin})
+	t.Logf("hits: ca %.2f pa %.2f blind %.2f rr %.2f", ca, pa, blind, rr)
+	if ca < pa+0.1 || blind > rr+0.05 {
+		t.Errorf("prefix hit rate: cache_aware %.2f, prefix_affinity %.2f, cache_aware from headers %.2f, round_robin %.2f", ca, pa, blind, rr)
+	}
+}
+
+// threshold_on "uncached" serves prompts whose prefix the decoder holds
+// without a prefill: fewer requests are disaggregated than with the same
+// threshold on the whole prompt.
+func TestUncachedThresholdDisaggregatesLess(t *testing.T) {
+	p := prepared(t, "tenants", 300, 4)
+	frac := func(on config.ThresholdOn) float64 {
+		s := setup(t, Variant{Shape: Shape{4, 4}, Threshold: 4096, Strategy: config.CacheAware, ThresholdOn: on})
+		r, err := Run(&s, p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.DisaggregatedFraction
+	}
+	// tenants: every prompt is 7.2k tokens, 6k of them a context seen before.
+	whole, uncached := frac(config.ThresholdOnPrompt), frac(config.ThresholdOnUncached)
+	t.Logf("disaggregated: whole %.2f uncached %.2f", whole, uncached)
+	if whole != 1 || uncached > 0.8 {
+		t.Errorf("disaggregated: whole prompt %.2f, uncached %.2f", whole, uncached)
+	}
+}
+
+func TestStudiesParse(t *testing.T) {
+	for _, v := range append(CacheMatrix(8), UncachedMatrix(8)...) {
+		if s := setup(t, v); s.GPUs() != 8 {
+			t.Errorf("%s: %d GPUs", s.Name, s.GPUs())
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -28,10 +29,12 @@ const (
 // TestReplayThroughStackAgrees replays a small mixed trace through the dev
 // stack — the real filter in the Envoy emulator, mock engines timed by the
 // same performance model — and checks that the simulator predicts its TTFT
-// and throughput. Real time (scale 1), about 20 s.
+// and throughput. Real time (scale 1), about 20 s. Its margins hold on an
+// idle machine only (the stack's TTFT includes the host's scheduling), so
+// it runs by `make sim-validate` (PDROUTE_SIM_VALIDATE=1), not in make test.
 func TestReplayThroughStackAgrees(t *testing.T) {
-	if testing.Short() {
-		t.Skip("replays a trace in real time through the stack (~20 s)")
+	if os.Getenv("PDROUTE_SIM_VALIDATE") == "" {
+		t.Skip("a real-time replay whose margins need an idle machine: make sim-validate (PDROUTE_SIM_VALIDATE=1)")
 	}
 	prof := engine.Profiles[engine.DefaultProfile]
 	w, _ := trace.Lookup("mix")

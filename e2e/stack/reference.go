@@ -13,15 +13,24 @@ const DevThreshold = 512
 
 // DevTopology is the stack `make dev` runs and e2e/envoy/envoy.yaml
 // describes: mode, two prefill and two decode engines by cluster on
-// DevPorts, threshold_tokens DevThreshold — except in sglang mode, where it
-// is 0: an SGLang decoder in disaggregation mode cannot serve a request
-// without a prefiller's room, so every request must be disaggregated.
+// DevPorts, both pools balanced by cache_aware, threshold_tokens
+// DevThreshold compared with the tokens the chosen decoder does not hold
+// (threshold_on "uncached") — except in sglang mode, where the threshold is
+// 0 on the whole prompt: an SGLang decoder in disaggregation mode cannot
+// serve a request without a prefiller's room, so every request must be
+// disaggregated.
 func DevTopology(mode config.Mode) Topology {
-	threshold := DevThreshold
-	if mode == config.ModeSGLang {
-		threshold = 0
+	plugin := map[string]any{
+		"threshold_tokens": DevThreshold,
+		"threshold_on":     string(config.ThresholdOnUncached),
+		"prefill":          map[string]any{"strategy": string(config.CacheAware)},
+		"decode":           map[string]any{"strategy": string(config.CacheAware)},
 	}
-	return Topology{Mode: mode, Ports: DevPorts, Plugin: map[string]any{"threshold_tokens": threshold}}
+	if mode == config.ModeSGLang {
+		plugin["threshold_tokens"] = 0
+		delete(plugin, "threshold_on")
+	}
+	return Topology{Mode: mode, Ports: DevPorts, Plugin: plugin}
 }
 
 // ReferenceWasmFile is the module the checked-in envoy.yaml loads: what

@@ -9,8 +9,8 @@
 // resulting struct and never re-parses.
 //
 // It is pure Go compiled into the wasm filter: stdlib, gjson, the sibling
-// apierr package and lb (whose pool settings a Pool carries; Pool.Balancing
-// hands them over) only; it must not import proxy-wasm packages or tokenest,
+// apierr package, lb (whose pool settings a Pool carries; Pool.Balancing
+// hands them over) and lb/prefix (the index's parameters) only; it must not import proxy-wasm packages or tokenest,
 // and it starts no goroutines or timers.
 package config
 
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/lb/prefix"
 )
 
 // Mode selects the connector: how the prefill and decode requests are built
@@ -114,7 +115,36 @@ const (
 	QPS            Strategy = "qps"
 	PowerOfTwo     Strategy = "power_of_two"
 	PrefixAffinity Strategy = "prefix_affinity"
+	CacheAware     Strategy = "cache_aware"
 )
+
+// ThresholdOn says what threshold_tokens is compared with.
+type ThresholdOn string
+
+// What the threshold is compared with.
+const (
+	// ThresholdOnPrompt compares the whole prompt's estimated tokens.
+	ThresholdOnPrompt ThresholdOn = "prompt"
+	// ThresholdOnUncached compares the estimated tokens the chosen decoder
+	// does not hold in its prefix cache (from the shared prefix index): a
+	// decoder that holds most of a long prompt prefills the rest faster
+	// itself than a transfer would take.
+	ThresholdOnUncached ThresholdOn = "uncached"
+)
+
+// PrefixIndex sizes the shared prefix index (lb/prefix) that cache_aware
+// and threshold_on "uncached" read.
+type PrefixIndex struct {
+	// BlockBytes ("block_bytes"): rendered prompt bytes per block. Default
+	// 512 (about 128 tokens).
+	BlockBytes int
+	// Slots ("slots"): shared-data keys the index may use, each at most
+	// 294 bytes. Default 4096 (1.2 MB at most).
+	Slots int
+	// TTL ("ttl_ms"): a prefix an endpoint has not served for this long is
+	// forgotten. Default 10 min.
+	TTL time.Duration
+}
 
 // Config is a parsed and validated plugin configuration with every default
 // applied. Build it with Parse; never modify it afterwards (it is shared by
@@ -132,6 +162,18 @@ type Config struct {
 	// "headers". Default "auto": the user never needs to know which Envoy
 	// setting the body way depends on.
 	RouteAt RouteAt
+	// ThresholdOn ("threshold_on") is "prompt" (default: the whole prompt's
+	// estimate is compared with threshold_tokens) or "uncached" (the estimate
+	// minus what the chosen decoder holds in its prefix cache, as recorded by
+	// the prefix index). Not in sglang mode, whose decode engines cannot
+	// prefill a request alone.
+	ThresholdOn ThresholdOn
+	// UncachedRatio ("uncached_ratio"), with threshold_on "uncached": a
+	// request is disaggregated only if its uncached tokens are also at least
+	// this share of its estimate (0 to 1). Default 0 (the threshold alone).
+	UncachedRatio float64
+	// PrefixIndex ("prefix_index") sizes the shared prefix index.
+	PrefixIndex PrefixIndex
 	// TokenMethod ("token_method") is the tokenest estimation method:
 	// "default" or "chars4". Default "default".
 	TokenMethod string
@@ -265,6 +307,16 @@ type Pool struct {
 	// AffinityLoadFactor ("affinity_load_factor") bounds prefix_affinity: no
 	// endpoint takes more than factor × mean load. Default 1.25; at least 1.
 	AffinityLoadFactor float64
+	// CacheLoadFactor ("cache_load_factor") and CacheLoadSlack
+	// ("cache_load_slack") bound cache_aware: an endpoint keeps the requests
+	// whose prefix it holds while its in-flight + 1 ≤ factor × mean + slack.
+	// Defaults 1.5 and 4 (lb.PoolConfig says why).
+	CacheLoadFactor float64
+	CacheLoadSlack  float64
+	// CacheMinGain ("cache_min_gain"): cache_aware treats cached prefixes
+	// that differ by less than this share of the prompt as equal and lets
+	// load decide. Default 0.1; 0 to 1.
+	CacheMinGain float64
 	// FailureThreshold ("failure_threshold") is how many consecutive failures
 	// put an endpoint in cool-down; 0 disables passive health. Default 3.
 	FailureThreshold int
@@ -364,6 +416,9 @@ func (p *Pool) Balancing() lb.PoolConfig {
 		QPSWindow:           p.QPSWindow,
 		AffinityPrefixBytes: p.AffinityPrefixBytes,
 		AffinityLoadFactor:  p.AffinityLoadFactor,
+		CacheLoadFactor:     p.CacheLoadFactor,
+		CacheLoadSlack:      p.CacheLoadSlack,
+		CacheMinGain:        p.CacheMinGain,
 		FailureThreshold:    p.FailureThreshold,
 		Cooldown:            p.Cooldown,
 		Endpoints:           make([]lb.Endpoint, len(p.Endpoints)),
@@ -383,4 +438,15 @@ func (c *Config) Upstream(e *Endpoint) (cluster, originalDstHost string) {
 		return c.OriginalDstCluster, e.Address
 	}
 	return e.Cluster, ""
+}
+
+// UsesPrefixIndex reports whether routing reads the shared prefix index:
+// a cache_aware pool, or threshold_on "uncached".
+func (c *Config) UsesPrefixIndex() bool {
+	return c.Prefill.Strategy == CacheAware || c.Decode.Strategy == CacheAware || c.ThresholdOn == ThresholdOnUncached
+}
+
+// IndexParams is the prefix index's configuration.
+func (c *Config) IndexParams() prefix.Params {
+	return prefix.Params{BlockBytes: c.PrefixIndex.BlockBytes, Slots: c.PrefixIndex.Slots, TTL: c.PrefixIndex.TTL}
 }

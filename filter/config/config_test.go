@@ -66,11 +66,14 @@ func TestParseDefaults(t *testing.T) {
 		Strategy: RoundRobin, RunningWeight: 1, WaitingWeight: 1, InflightWeight: 1,
 		StatsMaxAge: 15 * time.Second, QPSWindow: 10 * time.Second,
 		AffinityPrefixBytes: 1024, AffinityLoadFactor: 1.25,
+		CacheLoadFactor: 1.5, CacheLoadSlack: 4, CacheMinGain: 0.1,
 		FailureThreshold: 3, Cooldown: 10 * time.Second,
 	}
 	want := &Config{
 		Mode:                ModeNIXL,
 		ThresholdTokens:     0,
+		ThresholdOn:         ThresholdOnPrompt,
+		PrefixIndex:         PrefixIndex{BlockBytes: 512, Slots: 4096, TTL: 10 * time.Minute},
 		TokenMethod:         "default",
 		RouteAt:             RouteAtAuto,
 		Paths:               []string{"/v1/chat/completions", "/v1/completions", "/v1/responses"},
@@ -96,6 +99,8 @@ func TestParseDefaults(t *testing.T) {
 func TestParseEverySetting(t *testing.T) {
 	doc := `{
 	  "mode": "lmcache", "threshold_tokens": 512, "token_method": "chars4", "route_at": "headers",
+	  "threshold_on": "uncached", "uncached_ratio": 0.25,
+	  "prefix_index": {"block_bytes": 256, "slots": 100, "ttl_ms": 60000},
 	  "paths": ["/openai/v1/chat/completions"], "route_header": "x-target",
 	  "original_dst_cluster": "odst", "prefill_timeout_ms": 1500, "on_prefill_failure": "fail",
 	  "max_body_bytes": 1048576, "stats_scrape_interval_ms": 0, "debug_headers": true,
@@ -103,6 +108,7 @@ func TestParseEverySetting(t *testing.T) {
 	  "prefill": {"strategy": "prefix_affinity", "running_weight": 2, "waiting_weight": 0.5,
 	    "inflight_weight": 0, "stats_max_age_ms": 100, "qps_window_ms": 2000,
 	    "affinity_prefix_bytes": 64, "affinity_load_factor": 1, "failure_threshold": 0,
+	    "cache_load_factor": 2, "cache_load_slack": 0, "cache_min_gain": 0.5,
 	    "cooldown_ms": 5,
 	    "endpoints": [{"name": "p1", "cluster": "prefill-1", "metrics_cluster": "prefill-1-metrics", "host": "p1.svc"}]},
 	  "decode": {"strategy": "least_loaded",
@@ -113,16 +119,18 @@ func TestParseEverySetting(t *testing.T) {
 	c := mustParse(t, doc)
 	want := &Config{
 		Mode: ModeLMCache, ThresholdTokens: 512, TokenMethod: "chars4", RouteAt: RouteAtHeaders,
-		Paths: []string{"/openai/v1/chat/completions"}, RouteHeader: "x-target",
+		ThresholdOn: ThresholdOnUncached, UncachedRatio: 0.25,
+		PrefixIndex: PrefixIndex{BlockBytes: 256, Slots: 100, TTL: time.Minute},
+		Paths:       []string{"/openai/v1/chat/completions"}, RouteHeader: "x-target",
 		OriginalDstCluster: "odst", PrefillTimeout: 1500 * time.Millisecond, OnPrefillFailure: OnFailureFail,
 		MaxBodyBytes: 1 << 20, StatsScrapeInterval: 0, DebugHeaders: true, SharedDataPrefix: "pd.a",
 		Prefill: Pool{Strategy: PrefixAffinity, RunningWeight: 2, WaitingWeight: 0.5, InflightWeight: 0,
 			StatsMaxAge: 100 * time.Millisecond, QPSWindow: 2 * time.Second, AffinityPrefixBytes: 64,
-			AffinityLoadFactor: 1, FailureThreshold: 0, Cooldown: 5 * time.Millisecond,
+			AffinityLoadFactor: 1, CacheLoadFactor: 2, CacheLoadSlack: 0, CacheMinGain: 0.5, FailureThreshold: 0, Cooldown: 5 * time.Millisecond,
 			Endpoints: []Endpoint{{Name: "p1", Cluster: "prefill-1", MetricsCluster: "prefill-1-metrics", Host: "p1.svc"}}},
 		Decode: Pool{Strategy: LeastLoaded, RunningWeight: 1, WaitingWeight: 1, InflightWeight: 1,
 			StatsMaxAge: 15 * time.Second, QPSWindow: 10 * time.Second, AffinityPrefixBytes: 1024,
-			AffinityLoadFactor: 1.25, FailureThreshold: 3, Cooldown: 10 * time.Second,
+			AffinityLoadFactor: 1.25, CacheLoadFactor: 1.5, CacheLoadSlack: 4, CacheMinGain: 0.1, FailureThreshold: 3, Cooldown: 10 * time.Second,
 			Endpoints: []Endpoint{{Name: "d1", Address: "[fd00::2]:8000", Host: "fd00::2", MetricsCluster: "odst",
 				KVReceiver: &KVReceiver{Host: "10.9.9.9", InitPorts: []int{7300, 7301}, AllocPorts: []int{7400, 7401}}}}},
 		LMCache: LMCache{KVBridgeCluster: "bridge", KVWaitTimeout: 2500 * time.Millisecond,
@@ -282,7 +290,7 @@ func TestParseProblems(t *testing.T) {
 			`shared_data_prefix: "pd/route" may only contain letters, digits, '-', '_' and '.'`}},
 		{"pool settings", edit(t, nixl, "prefill.strategy", `"fastest"`, "prefill.running_weight", `-1`,
 			"prefill.affinity_load_factor", `0.5`, "prefill.qps_window_ms", `999`, "prefill.failure_threshold", `true`), []string{
-			`prefill.strategy: "fastest" is not one of "round_robin", "random", "least_loaded", "qps", "power_of_two" or "prefix_affinity"`,
+			`prefill.strategy: "fastest" is not one of "round_robin", "random", "least_loaded", "qps", "power_of_two", "prefix_affinity" or "cache_aware"`,
 			"prefill.running_weight: must be between 0 and 1e+06, got -1",
 			"prefill.affinity_load_factor: must be between 1 and 100, got 0.5",
 			"prefill.qps_window_ms: must be between 1000 and 3600000, got 999",

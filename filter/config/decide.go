@@ -70,10 +70,31 @@ func JSONContentType(contentType string) bool {
 // request is, even without an estimate. A failed estimate with a threshold
 // above 0 goes direct: the decoder can always serve a request alone.
 func (c *Config) Decide(method, path, contentType string, estimate int) Route {
+	return c.DecideCached(method, path, contentType, estimate, 0)
+}
+
+// DecideCached is the routing decision; Decide is it with nothing cached.
+// cached is the estimated input tokens the chosen decoder already holds in
+// its prefix cache (from the prefix index; 0 when unknown). With
+// threshold_on "prompt" it is ignored. With "uncached" the threshold is
+// compared with estimate − cached, and with uncached_ratio r > 0 a request
+// is disaggregated only if estimate − cached ≥ r × estimate as well: what
+// the decoder would prefill itself is what a prefill endpoint could save.
+func (c *Config) DecideCached(method, path, contentType string, estimate, cached int) Route {
 	if _, ok := c.Match(method, path, contentType); !ok {
 		return Passthrough
 	}
-	if c.ThresholdTokens == 0 || estimate >= c.ThresholdTokens {
+	if c.ThresholdTokens == 0 {
+		return Disaggregate
+	}
+	n := estimate
+	if c.ThresholdOn == ThresholdOnUncached && estimate >= 0 {
+		n = max(estimate-min(max(cached, 0), estimate), 0)
+		if c.UncachedRatio > 0 && float64(n) < c.UncachedRatio*float64(estimate) {
+			return Direct
+		}
+	}
+	if n >= c.ThresholdTokens {
 		return Disaggregate
 	}
 	return Direct

@@ -199,3 +199,43 @@ func TestRouteAt(t *testing.T) {
 		t.Errorf("lmcache + decode prefix_affinity: HeadersWayLimits = %q", got)
 	}
 }
+
+func TestDecideCached(t *testing.T) {
+	prompt := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "1000"))
+	uncached := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "1000", "threshold_on", `"uncached"`))
+	ratio := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "1000", "threshold_on", `"uncached"`, "uncached_ratio", "0.5"))
+	tests := []struct {
+		name             string
+		c                *Config
+		estimate, cached int
+		want             Route
+	}{
+		{"prompt: the cache does not matter", prompt, 8000, 7500, Disaggregate},
+		{"uncached: 500 left on the decoder", uncached, 8000, 7500, Direct},
+		{"uncached: 1000 left", uncached, 8000, 7000, Disaggregate},
+		{"uncached: nothing cached", uncached, 8000, 0, Disaggregate},
+		{"uncached: more cached than estimated", uncached, 8000, 9000, Direct},
+		{"uncached: negative cached is none", uncached, 1500, -5, Disaggregate},
+		{"uncached: failed estimate goes direct", uncached, -1, 0, Direct},
+		{"ratio: 2000 left but only 25 %", ratio, 8000, 6000, Direct},
+		{"ratio: 4000 left, 50 %", ratio, 8000, 4000, Disaggregate},
+	}
+	for _, tt := range tests {
+		if got := tt.c.DecideCached("POST", "/v1/completions", "application/json", tt.estimate, tt.cached); got != tt.want {
+			t.Errorf("%s: DecideCached(%d, %d) = %v, want %v", tt.name, tt.estimate, tt.cached, got, tt.want)
+		}
+	}
+	if got := uncached.Decide("POST", "/v1/completions", "", 1200); got != Disaggregate {
+		t.Errorf("Decide without a cache: %v", got)
+	}
+	if !uncached.UsesPrefixIndex() || prompt.UsesPrefixIndex() {
+		t.Error("UsesPrefixIndex")
+	}
+	sg := edit(t, base[ModeSGLang], "threshold_on", `"uncached"`)
+	if _, err := Parse([]byte(sg)); err == nil || !strings.Contains(err.Error(), "sglang") {
+		t.Errorf("threshold_on uncached in sglang mode: %v", err)
+	}
+	if _, err := Parse([]byte(edit(t, base[ModeNIXL], "uncached_ratio", "0.5"))); err == nil {
+		t.Error("uncached_ratio without threshold_on uncached was accepted")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/lb/prefix"
 )
 
 // Parse parses and validates a plugin configuration and applies every
@@ -25,6 +26,7 @@ func Parse(data []byte) (*Config, error) {
 		p.add("", "%s", err)
 		return nil, &Error{Problems: p.problems}
 	}
+	dp := prefix.DefaultParams()
 	c := &Config{
 		TokenMethod:         "default",
 		RouteAt:             RouteAtAuto,
@@ -35,6 +37,8 @@ func Parse(data []byte) (*Config, error) {
 		MaxBodyBytes:        4 << 20,
 		StatsScrapeInterval: 5 * time.Second,
 		SharedDataPrefix:    "pdroute",
+		ThresholdOn:         ThresholdOnPrompt,
+		PrefixIndex:         PrefixIndex{BlockBytes: dp.BlockBytes, Slots: dp.Slots, TTL: dp.TTL},
 		Prefill:             defaultPool(),
 		Decode:              defaultPool(),
 		LMCache: LMCache{
@@ -65,6 +69,9 @@ func defaultPool() Pool {
 		QPSWindow:           d.QPSWindow,
 		AffinityPrefixBytes: d.AffinityPrefixBytes,
 		AffinityLoadFactor:  d.AffinityLoadFactor,
+		CacheLoadFactor:     d.CacheLoadFactor,
+		CacheLoadSlack:      d.CacheLoadSlack,
+		CacheMinGain:        d.CacheMinGain,
 		FailureThreshold:    d.FailureThreshold,
 		Cooldown:            d.Cooldown,
 	}
@@ -316,6 +323,26 @@ func (p *parser) root(c *Config, v gjson.Result) {
 		"threshold_tokens": func(path string, v gjson.Result) {
 			p.integer(path, v, 0, 100_000_000, &c.ThresholdTokens)
 		},
+		"threshold_on": func(path string, v gjson.Result) {
+			enum(p, path, v, &c.ThresholdOn, ThresholdOnPrompt, ThresholdOnUncached)
+		},
+		"uncached_ratio": func(path string, v gjson.Result) {
+			p.number(path, v, 0, 1, &c.UncachedRatio)
+		},
+		"prefix_index": func(path string, v gjson.Result) {
+			x := &c.PrefixIndex
+			p.object(path, v, fields{
+				"block_bytes": func(path string, v gjson.Result) {
+					p.integer(path, v, 64, 1<<20, &x.BlockBytes)
+				},
+				"slots": func(path string, v gjson.Result) {
+					p.integer(path, v, 1, 1<<20, &x.Slots)
+				},
+				"ttl_ms": func(path string, v gjson.Result) {
+					p.millis(path, v, 1000, maxMillis, &x.TTL)
+				},
+			})
+		},
 		"token_method": func(path string, v gjson.Result) {
 			enum(p, path, v, &c.TokenMethod, "default", "chars4")
 		},
@@ -427,7 +454,7 @@ func (p *parser) root(c *Config, v gjson.Result) {
 func (p *parser) pool(path string, v gjson.Result, pool *Pool) {
 	p.object(path, v, fields{
 		"strategy": func(path string, v gjson.Result) {
-			enum(p, path, v, &pool.Strategy, RoundRobin, Random, LeastLoaded, QPS, PowerOfTwo, PrefixAffinity)
+			enum(p, path, v, &pool.Strategy, RoundRobin, Random, LeastLoaded, QPS, PowerOfTwo, PrefixAffinity, CacheAware)
 		},
 		"running_weight": func(path string, v gjson.Result) {
 			p.number(path, v, 0, 1e6, &pool.RunningWeight)
@@ -449,6 +476,15 @@ func (p *parser) pool(path string, v gjson.Result, pool *Pool) {
 		},
 		"affinity_load_factor": func(path string, v gjson.Result) {
 			p.number(path, v, 1, 100, &pool.AffinityLoadFactor)
+		},
+		"cache_load_factor": func(path string, v gjson.Result) {
+			p.number(path, v, 1, 100, &pool.CacheLoadFactor)
+		},
+		"cache_load_slack": func(path string, v gjson.Result) {
+			p.number(path, v, 0, 1e6, &pool.CacheLoadSlack)
+		},
+		"cache_min_gain": func(path string, v gjson.Result) {
+			p.number(path, v, 0, 1, &pool.CacheMinGain)
 		},
 		"failure_threshold": func(path string, v gjson.Result) {
 			p.integer(path, v, 0, 1000, &pool.FailureThreshold)

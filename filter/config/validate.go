@@ -167,6 +167,13 @@ func (p *parser) check(c *Config) {
 	}
 
 	names := map[string]string{} // endpoint name → path of its first use
+	if c.Mode == ModeSGLang && c.ThresholdOn == ThresholdOnUncached {
+		p.add("threshold_on", "\"uncached\" is not available in sglang mode: its decode engines "+
+			"(--disaggregation-mode decode) cannot prefill a request alone, so every request must be disaggregated")
+	}
+	if c.UncachedRatio > 0 && c.ThresholdOn != ThresholdOnUncached {
+		p.add("uncached_ratio", "only applies with threshold_on \"uncached\"")
+	}
 	p.checkPool(c, "prefill", &c.Prefill, names, modeKnown)
 	p.checkPool(c, "decode", &c.Decode, names, modeKnown)
 }

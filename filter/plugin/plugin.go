@@ -76,6 +76,8 @@ type rootContext struct {
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.
 	store lb.Store
+	// px is the shared prefix index's glue (nil when nothing reads it).
+	px *prefixRouting
 	// rng is this VM's random source (balancers; seeded from WASI).
 	rng *rand.Rand
 	// instance identifies this root across VMs (scrape lease owner).
@@ -171,6 +173,9 @@ func (r *rootContext) start(cfg *config.Config) error {
 		}
 		r.prefill.SetOwner(r.vm.owner, lb.DefaultOwnerTTL)
 		r.decode.SetOwner(r.vm.owner, lb.DefaultOwnerTTL)
+	}
+	if r.px, err = newPrefixRouting(cfg, r.store); err != nil {
+		return err
 	}
 	r.cfg, r.method = cfg, method
 	if cfg.Discovery != nil {

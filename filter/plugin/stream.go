@@ -54,6 +54,12 @@ type stream struct {
 	// route is the path label once decided (requests.<route>).
 	route string
 
+	// usePrefix: the prefix index read this request's prompt; cachedTokens
+	// and cachedShare are what the chosen decoder held of it.
+	usePrefix    bool
+	cachedTokens int
+	cachedShare  float64
+
 	prefill, decode     *lb.Lease
 	prefillEP, decodeEP *config.Endpoint
 	prefillStart        time.Time
@@ -235,28 +241,58 @@ func (s *stream) decideBody(body []byte) types.Action {
 	if !s.early {
 		s.setRequestID()
 	}
-	d := cfg.Decide(s.method, s.path, s.contentType, s.tokens)
-	if d == config.Disaggregate && s.early && cfg.HeadersWayDirect(s.api) {
-		d = config.Direct
-	}
-	switch d {
-	case config.Disaggregate:
-		return s.disaggregate(req, body)
-	default:
-		if !s.pickDecode(body) {
-			return types.ActionPause
-		}
-		s.toDecoder(req.Direct(), pathDirect)
-		return types.ActionContinue
-	}
-}
-
-// disaggregate starts the mode's prefill leg. The decoder is chosen first:
-// without one nothing can be served, and no prefill should run for nothing.
-func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
+	// The decoder is chosen first (on the headers way it already is): without
+	// one nothing can be served, no prefill should run for nothing, and with
+	// threshold_on "uncached" the decision depends on what that decoder holds.
+	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, s.api.Path(), time.Now())
 	if !s.pickDecode(body) {
 		return types.ActionPause
 	}
+	d := s.decideRoute()
+	if d == config.Disaggregate && s.early && cfg.HeadersWayDirect(s.api) {
+		d = config.Direct
+	}
+	var action types.Action
+	switch d {
+	case config.Disaggregate:
+		action = s.disaggregate(req, body)
+	default:
+		s.toDecoder(req.Direct(), pathDirect)
+		action = types.ActionContinue
+	}
+	if s.usePrefix {
+		// The decoder holds the prompt once it prefilled it or received its
+		// KV, and so does the prefiller: one read-modify-write per point.
+		prefill := -1
+		if s.prefill != nil {
+			prefill = s.prefill.Index
+		}
+		s.r.px.record(s.decode.Index, prefill, time.Now())
+	}
+	return action
+}
+
+// decideRoute is config.DecideCached with what the chosen decoder holds of
+// the prompt (nothing without the prefix index).
+func (s *stream) decideRoute() config.Route {
+	cfg := s.cfg()
+	px := s.r.px
+	if !s.usePrefix {
+		return cfg.Decide(s.method, s.path, s.contentType, s.tokens)
+	}
+	s.cachedTokens, s.cachedShare = px.cachedTokens(s.decode.Index, s.tokens)
+	route := cfg.DecideCached(s.method, s.path, s.contentType, s.tokens, s.cachedTokens)
+	px.share.Record(uint64(s.cachedShare*100 + 0.5))
+	label := route.String()
+	if route == config.Direct && cfg.Decide(s.method, s.path, s.contentType, s.tokens) == config.Disaggregate {
+		label = "direct_by_cache"
+	}
+	px.decisions[label].Increment(1)
+	return route
+}
+
+// disaggregate starts the mode's prefill leg; the decoder is chosen.
+func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 	if err := connector.Disaggregable(s.cfg().Mode, req); err != nil {
 		// batches in nixl mode, media or tools in lmcache mode…: a decoder serves them whole
 		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
@@ -301,7 +337,11 @@ func (s *stream) pickDecode(body []byte) bool {
 	if s.early && s.decode != nil {
 		return true
 	}
-	lease, err := s.r.decode.Pick(time.Now(), s.prefixKey(body, &s.cfg().Decode))
+	var cached []int
+	if s.usePrefix {
+		cached = s.r.px.decCach
+	}
+	lease, err := s.r.decode.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Decode), cached, s.promptBytes())
 	if err != nil {
 		s.fail(apierr.NoDecodeEndpoint, "")
 		return false
@@ -312,7 +352,11 @@ func (s *stream) pickDecode(body []byte) bool {
 
 // pickPrefill chooses the prefiller; false when none is usable.
 func (s *stream) pickPrefill(body []byte) bool {
-	lease, err := s.r.prefill.Pick(time.Now(), s.prefixKey(body, &s.cfg().Prefill))
+	var cached []int
+	if s.usePrefix {
+		cached = s.r.px.preCached
+	}
+	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
 	if err != nil {
 		return false
 	}
@@ -331,6 +375,14 @@ func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool)
 	}
 	s.indexed = req.Detach()
 	return req, true
+}
+
+// promptBytes is the rendered prompt's size the prefix index measured.
+func (s *stream) promptBytes() int {
+	if !s.usePrefix {
+		return 0
+	}
+	return s.r.px.prompt.Bytes
 }
 
 // prefixKey is the prompt-prefix hash prefix_affinity needs (0 otherwise).
@@ -507,6 +559,9 @@ func (s *stream) addDebugHeaders() {
 	}
 	if s.tokens >= 0 && s.handled {
 		add("x-pdroute-tokens", strconv.Itoa(s.tokens))
+	}
+	if s.usePrefix {
+		add("x-pdroute-cached", cacheHeader(s.cachedShare, s.cachedTokens))
 	}
 }
 

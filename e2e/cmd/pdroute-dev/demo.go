@@ -26,6 +26,11 @@ type demoRequest struct {
 // threshold (512).
 var demoPrompt = strings.TrimSpace(strings.Repeat("Summarise the history of the lighthouse keepers of the northern coast, their logbooks and storms. ", 30))
 
+// demoPrompt2 is another long prompt: the dev stack decides on the tokens
+// the chosen decoder does not hold (threshold_on "uncached"), so a repeat of
+// demoPrompt would be served by its decoder without a prefill.
+var demoPrompt2 = strings.TrimSpace(strings.Repeat("Describe how the harbour pilots of the southern estuary read tides, charts and weather. ", 30))
+
 // demo sends the three requests and explains each; 0 when all succeeded.
 func demo(s *stack.Stack, why string, w, stderr io.Writer) int {
 	fmt.Fprintf(w, "\npdroute demo: mode %s, %s\n", s.Topology.Mode, thresholdText(s.Config))
@@ -35,7 +40,7 @@ func demo(s *stack.Stack, why string, w, stderr io.Writer) int {
 	reqs := []demoRequest{
 		{"a short prompt", "Say hello in one word.", false, false},
 		{"a long prompt", demoPrompt, false, false},
-		{"a long prompt, streamed", demoPrompt, true, false},
+		{"a long prompt, streamed", demoPrompt2, true, false},
 	}
 	if s.Topology.NoStopIteration && s.Config.HeadersWayDirect(config.APIChat) {
 		// lmcache on the headers way disaggregates /v1/completions only.

@@ -57,6 +57,7 @@ func run() error {
 		genRate    = flag.Float64("rate", 4, "with -write-trace: request rate (req/s)")
 		genRamp    = flag.Float64("ramp-to", 0, "with -write-trace: ramp the rate to this (req/s)")
 		writeTrace = flag.String("write-trace", "", "generate -workload into this file and exit")
+		study      = flag.String("study", "", `"cache" or "uncached": a study of docs/ROUTING.md ("Cache-aware routing") instead of the shipped matrix`)
 	)
 	flag.Var(&configs, "config", "plugin configuration JSON file to compare (repeatable; default: the shipped matrix)")
 	flag.Parse()
@@ -85,8 +86,18 @@ func run() error {
 	}
 
 	var setups []sim.Setup
+	matrix := sim.Matrix
+	switch *study {
+	case "":
+	case "cache":
+		matrix = sim.CacheMatrix
+	case "uncached":
+		matrix = sim.UncachedMatrix
+	default:
+		return fmt.Errorf("-study: unknown study %q (want cache or uncached)", *study)
+	}
 	if len(configs) == 0 {
-		for _, v := range sim.Matrix(*gpus) {
+		for _, v := range matrix(*gpus) {
 			s, err := v.Setup(prof)
 			if err != nil {
 				return err
@@ -146,6 +157,9 @@ func run() error {
 			r := userRates
 			if r == nil {
 				r = defaultRates[w.Name]
+				if *study != "" {
+					r = cacheRates[w.Name]
+				}
 			}
 			wls = append(wls, sim.Workload{Trace: sim.Prepare(w.Name, reqs, prof.BlockSize), Rates: r})
 		}
@@ -181,6 +195,17 @@ var defaultRates = map[string][]float64{
 	"rag":     {2, 4, 8, 12, 16, 20},
 	"short":   {16, 32, 64, 128, 192, 256},
 	"mix":     {4, 8, 12, 16, 20, 24},
+}
+
+// cacheRates are the loads of the cache study: finer steps around the
+// knees, and beyond round robin's so that throughput at saturation shows.
+var cacheRates = map[string][]float64{
+	"tenants": {16, 24, 28, 32, 40, 48, 56, 64},
+	"chat":    {16, 32, 48, 64},
+	"agentic": {8, 16, 24, 32, 40, 48},
+	"rag":     {4, 8, 12, 16, 20},
+	"short":   {32, 64, 96},
+	"mix":     {8, 12, 16, 20, 24, 32},
 }
 
 func parseRates(s string) ([]float64, error) {

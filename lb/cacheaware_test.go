@@ -1,0 +1,92 @@
+package lb
+
+import "testing"
+
+func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
+	cfg := testPool(4, CacheAware)
+	cfg.CacheLoadFactor, cfg.CacheLoadSlack = 1.5, 2
+	b := newTestBalancer(t, NewMemStore(), cfg, 1)
+	cached := []int{0, 0, 3000, 1000}
+	var held []*Lease
+	// Endpoint 2 holds the longest prefix: it takes requests until
+	// in-flight + 1 > 1.5 × mean + 2.
+	for n := range 3 {
+		l, err := b.PickCached(at(0), 0, cached, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Index != 2 {
+			t.Fatalf("request %d went to %d with endpoint 2 at %d in flight; want 2", n, l.Index, n)
+		}
+		held = append(held, l)
+	}
+	// 3 in flight on 2: 3+1 > 1.5 × (3+1)/4 + 2 = 3.5, so it gives way to
+	// the next longest prefix, endpoint 3.
+	l, _ := b.PickCached(at(0), 0, cached, 10000)
+	if l.Index != 3 {
+		t.Fatalf("over its bound, endpoint 2 kept the request (went to %d); want 3", l.Index)
+	}
+	// Once 2's requests end, it is preferred again.
+	for _, h := range held {
+		h.Release(at(0))
+	}
+	if l, _ := b.PickCached(at(0), 0, cached, 10000); l.Index != 2 {
+		t.Errorf("after releases: %d, want 2", l.Index)
+	}
+}
+
+func TestCacheAwareWithoutCacheTakesTurns(t *testing.T) {
+	b := newTestBalancer(t, NewMemStore(), testPool(3, CacheAware), 2)
+	counts := make([]int, 3)
+	for range 9 {
+		l := mustPick(t, b, at(0), 0) // Pick: nothing cached
+		counts[l.Index]++
+	}
+	for i, c := range counts {
+		if c != 3 {
+			t.Fatalf("counts %v: endpoint %d took %d of 9 held requests, want 3 each", counts, i, c)
+		}
+	}
+	// A cached slice of the wrong length is ignored, not a panic.
+	if _, err := b.PickCached(at(0), 0, []int{1}, 10000); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCacheAwareSkipsCoolingEndpoint(t *testing.T) {
+	cfg := testPool(2, CacheAware)
+	cfg.FailureThreshold = 1
+	b := newTestBalancer(t, NewMemStore(), cfg, 3)
+	l, _ := b.PickCached(at(0), 0, []int{5000, 0}, 10000)
+	if l.Index != 0 {
+		t.Fatalf("first pick %d, want 0", l.Index)
+	}
+	_ = l.Report(at(0), Failure)
+	l.Release(at(0))
+	if l, _ := b.PickCached(at(0), 0, []int{5000, 0}, 10000); l.Index != 1 {
+		t.Errorf("endpoint 0 cools down, yet got %d", l.Index)
+	}
+}
+
+func TestCacheAwareIgnoresSmallDifferences(t *testing.T) {
+	b := newTestBalancer(t, NewMemStore(), testPool(4, CacheAware), 4)
+	// Endpoint 1 holds 2 % of the prompt (a shared system prompt), the rest
+	// nothing: under cache_min_gain 10 % that is a tie, and load spreads.
+	counts := make([]int, 4)
+	for range 8 {
+		l, err := b.PickCached(at(0), 0, []int{0, 200, 0, 0}, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[l.Index]++
+	}
+	for i, c := range counts {
+		if c != 2 {
+			t.Fatalf("counts %v: endpoint %d took %d of 8, want 2 each", counts, i, c)
+		}
+	}
+	// 20 % is not a tie.
+	if l, _ := b.PickCached(at(0), 0, []int{0, 2000, 0, 0}, 10000); l.Index != 1 {
+		t.Errorf("20 %% cached on endpoint 1, went to %d", l.Index)
+	}
+}
