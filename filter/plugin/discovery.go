@@ -124,6 +124,9 @@ func (f *follower) apply(r *rootContext, t discovery.Table) {
 	cfg.Prefill.Endpoints = t.Prefill.Endpoints()
 	cfg.Decode.Endpoints = t.Decode.Endpoints()
 	r.cfg = &cfg
+	if r.px != nil {
+		r.px.setEndpoints(&cfg)
+	}
 	f.table = t
 }
 

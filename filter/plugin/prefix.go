@@ -36,12 +36,7 @@ func newPrefixRouting(cfg *config.Config, store lb.Store) (*prefixRouting, error
 		return nil, err
 	}
 	p := &prefixRouting{index: x, render: prefix.NewRenderer(cfg.PrefixIndex.BlockBytes), decisions: map[string]abi.MetricCounter{}}
-	for _, e := range cfg.Prefill.Endpoints {
-		p.preIDs = append(p.preIDs, prefix.EndpointID(e.Name))
-	}
-	for _, e := range cfg.Decode.Endpoints {
-		p.decIDs = append(p.decIDs, prefix.EndpointID(e.Name))
-	}
+	p.setEndpoints(cfg)
 	for _, k := range []string{"disaggregate", "direct", "direct_by_cache"} {
 		p.decisions[k] = abi.DefineCounterMetric(metricPrefix + "prefix.decisions." + k)
 	}
@@ -49,6 +44,19 @@ func newPrefixRouting(cfg *config.Config, store lb.Store) (*prefixRouting, error
 	p.reads = abi.DefineCounterMetric(metricPrefix + "prefix.index_calls.lookup")
 	p.writes = abi.DefineCounterMetric(metricPrefix + "prefix.index_calls.record")
 	return p, nil
+}
+
+// setEndpoints takes the pools' endpoints (one per slot of a discovered
+// pool, a free slot's name empty) as the index's endpoint identities: the
+// index knows endpoints by name, the balancers by position.
+func (p *prefixRouting) setEndpoints(cfg *config.Config) {
+	p.preIDs, p.decIDs = p.preIDs[:0], p.decIDs[:0]
+	for _, e := range cfg.Prefill.Endpoints {
+		p.preIDs = append(p.preIDs, prefix.EndpointID(e.Name))
+	}
+	for _, e := range cfg.Decode.Endpoints {
+		p.decIDs = append(p.decIDs, prefix.EndpointID(e.Name))
+	}
 }
 
 // lookup renders the body and finds what each endpoint holds of it. It
@@ -67,7 +75,7 @@ func (p *prefixRouting) lookup(body []byte, path string, now time.Time) bool {
 
 // cachedTokens converts decoder i's cached bytes to tokens of estimate.
 func (p *prefixRouting) cachedTokens(i, estimate int) (tokens int, share float64) {
-	if p.prompt.Bytes == 0 || estimate <= 0 {
+	if p.prompt.Bytes == 0 || estimate <= 0 || i < 0 || i >= len(p.decIDs) {
 		return 0, 0
 	}
 	share = p.match.CachedShare(p.decIDs[i])
@@ -79,6 +87,9 @@ func (p *prefixRouting) cachedTokens(i, estimate int) (tokens int, share float64
 func (p *prefixRouting) record(decode, prefill int, now time.Time) {
 	var err error
 	var calls int
+	if decode < 0 || decode >= len(p.decIDs) || prefill >= len(p.preIDs) {
+		return // an endpoint of a set this VM no longer has
+	}
 	if prefill >= 0 {
 		calls, err = p.index.Record(&p.prompt, now, p.decIDs[decode], p.preIDs[prefill])
 	} else {
