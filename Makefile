@@ -16,7 +16,7 @@ CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cm
         ./e2e/envoy/oci/cmd/wasm-oci
 PGO_CMDS := ./tokenest/cmd/tokest
 
-.PHONY: all build wasm cmds test unit race fuzz lint bench pgo demo dev e2e-envoy oci clean help
+.PHONY: all build wasm cmds test unit race fuzz lint bench pgo demo dev e2e-envoy oci soak clean help
 
 all: build
 
@@ -76,6 +76,13 @@ dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDR
 
 e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)
 	./e2e/envoy/run-e2e-envoy
+
+SOAK_DURATION ?= 10m
+SOAK_RATE     ?= 200
+soak: build ## bounded soak, not in make test: SOAK_DURATION (10m) at SOAK_RATE (200) req/s over nixl, lmcache, sglang; fails on unbounded growth
+	PDROUTE_SOAK_DURATION=$(SOAK_DURATION) PDROUTE_SOAK_RATE=$(SOAK_RATE) PDROUTE_E2E_WASM=$(CURDIR)/$(WASM) \
+	  PDROUTE_SOAK_KVBRIDGE=$(CURDIR)/$(BUILD)/kvbridge \
+	  $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./e2e/scenarios/ | grep -v '^=== '
 
 oci: wasm ## OCI image layout of the plugin in build/oci (+ build/pdroute-oci.tar)
 	$(GO) run ./e2e/envoy/oci/cmd/wasm-oci -wasm $(WASM) -out $(BUILD)/oci -tar $(BUILD)/pdroute-oci.tar
