@@ -40,6 +40,9 @@ lint: ## gofmt, go vet (native and wasm), no local of tokenest moved to the heap
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/... ./tokenest ./lb
+	@# e2e/envoy/apicheck is a module of its own, one go.mod per Envoy API version, each on its toolchain
+	cd e2e/envoy/apicheck && for m in go.mod envoy-1.35.mod; do \
+	  GOTOOLCHAIN=$$(awk '$$1 == "toolchain" {print $$2}' $$m) $(GO) vet -modfile=$$m . || exit 1; done
 	@# the profile's inlining can move a local to the heap where the tests' builds do not
 	@# (RATIONALE.md, profile-guided optimisation): the estimator allocates on every request then
 	@for goos in linux wasip1; do \
