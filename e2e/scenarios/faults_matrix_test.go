@@ -51,7 +51,13 @@ type matrix struct {
 	rows []matrixRow
 }
 
-func (m *matrix) add(r matrixRow) {
+// add records r; state left behind fails the test (the answer is recorded, and checked
+// through the table: a defined answer that differs is a finding, not a failure).
+func (m *matrix) add(t *testing.T, r matrixRow) {
+	t.Helper()
+	if !strings.HasPrefix(r.state, "none left") {
+		t.Errorf("%s (%s): state left: %s", r.fault, r.mode, r.state)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rows = append(m.rows, r)
@@ -203,7 +209,7 @@ func engineFaults(t *testing.T, m *matrix) {
 			before := sharedKeys(s)
 			faults(t, pool, fs...)
 			r := post(t, s, "/v1/completions", body, nil)
-			m.add(matrixRow{"engine", fault, "nixl", documented, answer(r), leftovers(t, s, before)})
+			m.add(t, matrixRow{"engine", fault, "nixl", documented, answer(r), leftovers(t, s, before)})
 		})
 	}
 	long := completion(longPrompt, nil)
@@ -228,7 +234,7 @@ func engineFaults(t *testing.T, m *matrix) {
 		default:
 			obs = answer(r) + ", stream ends without [DONE]"
 		}
-		m.add(matrixRow{"engine", "decoder resets mid-stream", "nixl", "the stream ends early (headers already sent)", obs, leftovers(t, s, before)})
+		m.add(t, matrixRow{"engine", "decoder resets mid-stream", "nixl", "the stream ends early (headers already sent)", obs, leftovers(t, s, before)})
 	})
 
 	t.Run("client gone during the prefill", func(t *testing.T) {
@@ -245,7 +251,7 @@ func engineFaults(t *testing.T, m *matrix) {
 		} else {
 			obs += "; no decode request sent"
 		}
-		m.add(matrixRow{"client", "client gone during the prefill", "nixl", "nothing sent on; counts released", obs, leftovers(t, s, before)})
+		m.add(t, matrixRow{"client", "client gone during the prefill", "nixl", "nothing sent on; counts released", obs, leftovers(t, s, before)})
 	})
 
 	t.Run("client gone mid-stream", func(t *testing.T) {
@@ -269,7 +275,7 @@ func engineFaults(t *testing.T, m *matrix) {
 		if err == nil {
 			obs = "answered before the client left"
 		}
-		m.add(matrixRow{"client", "client gone mid-stream", "nixl", "decoder stream reset; counts released", obs, leftovers(t, s, before)})
+		m.add(t, matrixRow{"client", "client gone mid-stream", "nixl", "decoder stream reset; counts released", obs, leftovers(t, s, before)})
 	})
 }
 
@@ -284,7 +290,7 @@ func decoderRefuses(t *testing.T, m *matrix) {
 		}
 	}
 	r := post(t, s, "/v1/completions", completion(shortPrompt, nil), nil)
-	m.add(matrixRow{"engine", "decoder refuses connections", "nixl", "503 with an OpenAI-shaped error (README: errors are OpenAI-shaped)", answer(r), leftovers(t, s, before)})
+	m.add(t, matrixRow{"engine", "decoder refuses connections", "nixl", "503 with an OpenAI-shaped error (README: errors are OpenAI-shaped)", answer(r), leftovers(t, s, before)})
 }
 
 // bridgeFaults: lmcache mode with on_kv_timeout proceed and a short KV wait; kvbridge
@@ -310,7 +316,7 @@ func bridgeFaults(t *testing.T, m *matrix) {
 		} else {
 			obs += "; no decode request sent"
 		}
-		m.add(matrixRow{"client", "client gone during the KV wait", "lmcache", "nothing sent on; KV wait and counts released", obs, leftovers(t, s, before)})
+		m.add(t, matrixRow{"client", "client gone during the KV wait", "lmcache", "nothing sent on; KV wait and counts released", obs, leftovers(t, s, before)})
 	})
 
 	addr := s.KVBridge.HTTPAddr()
@@ -336,7 +342,7 @@ func bridgeFaults(t *testing.T, m *matrix) {
 				fake(t, h)
 			}
 			r := post(t, s, "/v1/completions", completion(longPrompt, nil), nil)
-			m.add(matrixRow{"bridge", fault, "lmcache", proceed, answer(r), leftovers(t, s, before)})
+			m.add(t, matrixRow{"bridge", fault, "lmcache", proceed, answer(r), leftovers(t, s, before)})
 		})
 	}
 	row("kvbridge slow (answers after the KV wait)", func(w http.ResponseWriter, r *http.Request) {
@@ -414,7 +420,7 @@ func loadFaults(t *testing.T, m *matrix) {
 		long := completion(longPrompt, map[string]any{"max_tokens": 4})
 		got, took := burst(1000, 1000, func(int) []byte { return long })
 		t.Logf("1000 concurrent long requests, prefill +500 ms: %s in %s", summary(got), took.Round(time.Millisecond))
-		m.add(matrixRow{"load", "1 000 concurrent long requests, one prefiller +500 ms", "nixl", "every request answered 200",
+		m.add(t, matrixRow{"load", "1 000 concurrent long requests, one prefiller +500 ms", "nixl", "every request answered 200",
 			summary(got), leftovers(t, s, before)})
 	})
 
@@ -424,7 +430,7 @@ func loadFaults(t *testing.T, m *matrix) {
 		bad := [][]byte{[]byte(`{"prompt": "x", "model":`), []byte(`not json at all`), []byte(`{"prompt": 12, "max_tokens": "x"`), []byte(`[1,2,3`)}
 		got, took := burst(10000, 64, func(i int) []byte { return bad[i%len(bad)] })
 		t.Logf("10000 malformed bodies, 64 clients: %s in %s (%.0f req/s)", summary(got), took.Round(time.Millisecond), 10000/took.Seconds())
-		m.add(matrixRow{"load", "burst of 10 000 malformed bodies (64 clients)", "nixl", "400 for every request",
+		m.add(t, matrixRow{"load", "burst of 10 000 malformed bodies (64 clients)", "nixl", "400 for every request",
 			summary(got), leftovers(t, s, before)})
 	})
 }

@@ -110,7 +110,8 @@ func modToolchain(path string) (string, error) {
 }
 
 // envoyAPIDocs collects every Envoy config pdroute ships or generates:
-//   - e2e/envoy/envoy.yaml and the bootstrap e2e/stack renders for every mode;
+//   - every bootstrap in e2e/envoy (envoy.yaml, ...) and the one e2e/stack renders for
+//     every mode;
 //   - every Istio EnvoyFilter patch value, as the type its applyTo names; a MERGE patch is
 //     merged into a representative resource of what istiod generates;
 //   - every Envoy Gateway EnvoyPatchPolicy JSON patch: a whole resource as its type, a
@@ -120,11 +121,18 @@ func modToolchain(path string) (string, error) {
 func envoyAPIDocs(t *testing.T, docs []doc) []apiDoc {
 	t.Helper()
 	var out []apiDoc
-	b, err := os.ReadFile("../envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
+	// Every static bootstrap in e2e/envoy (envoy.yaml and any per-version variant).
+	files, err := filepath.Glob("../*.yaml")
+	if err != nil || !slices.Contains(files, "../envoy.yaml") {
+		t.Fatalf("e2e/envoy/*.yaml: %v, %v", files, err)
 	}
-	out = append(out, apiDoc{Name: "envoy/envoy.yaml", Type: "envoy.config.bootstrap.v3.Bootstrap", Value: yamlValue(t, b)})
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, apiDoc{Name: "envoy/" + filepath.Base(f), Type: "envoy.config.bootstrap.v3.Bootstrap", Value: yamlValue(t, b)})
+	}
 	for _, mode := range []config.Mode{config.ModeNIXL, config.ModeOrchestrated, config.ModeLMCache, config.ModeSGLang} {
 		b, err := stack.ModeBootstrap(mode)
 		if err != nil {
