@@ -175,11 +175,12 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	type snapshot struct {
-		pages       []uint32
-		keys, flags int
-		held        int
-		entries     int
-		waiters     int
+		pages        []uint32
+		keys, flags  int
+		endpointKeys int
+		held         int
+		entries      int
+		waiters      int
 	}
 	snap := func(st soakStack) snapshot {
 		h := st.s.Emulator()
@@ -197,6 +198,8 @@ func TestSoak(t *testing.T) {
 				if len(v) > 0 {
 					sn.held++
 				}
+			case strings.Contains(k, "/lb/"):
+				sn.endpointKeys++ // per endpoint: bounded by the endpoint set
 			default:
 				sn.keys++
 			}
@@ -217,8 +220,41 @@ func TestSoak(t *testing.T) {
 	}
 	rss0 := bridgeRSS()
 	sent0 := sent.Load()
+	// Every 30 s: the largest VM of each stack (MiB), the clients in flight and the
+	// KV flag keys, to tell a plateau (a peak of load) from steady growth.
+	var series []string
+	sample := func() {
+		line := fmt.Sprintf("%4ds load %s clients %4d", int(time.Since(began).Seconds()), loadavg(), len(inflight))
+		for _, st := range stacks {
+			sn := snap(st)
+			line += fmt.Sprintf(" | %s VM max %5.1f", st.mode, float64(slices.Max(sn.pages))*64/1024)
+			if st.mode == config.ModeLMCache {
+				line += fmt.Sprintf(" flags %6d", sn.flags)
+			}
+		}
+		series = append(series, line)
+	}
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(30 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				sample()
+			}
+		}
+	}()
 	load(dur - warmup)
+	close(stop)
+	<-sampled
 	wg.Wait()
+	sample()
+	t.Logf("every 30 s:\n%s", strings.Join(series, "\n"))
 	for i, st := range stacks {
 		if left := leftovers(t, st.s, keys0[i]); !strings.HasPrefix(left, "none left") {
 			t.Errorf("%s: idle after the soak: %s", st.mode, left)
@@ -227,11 +263,11 @@ func TestSoak(t *testing.T) {
 	rss1 := bridgeRSS()
 	t.Logf("soak: %s at %.0f req/s: %d requests sent (%d after the warm-up of %s), %d ticks dropped (1024 clients busy), %s wall",
 		dur, rate, sent.Load(), sent.Load()-sent0, warmup, dropped.Load(), time.Since(began).Round(time.Second))
-	t.Logf("kvbridge RSS: %s after the warm-up, %s at the end; Go %s, %d CPUs", rss0, rss1, runtime.Version(), runtime.NumCPU())
+	t.Logf("kvbridge RSS: %s after the warm-up, %s at the end; Go %s, %d CPUs, load average at the end %s", rss0, rss1, runtime.Version(), runtime.NumCPU(), loadavg())
 	for i, st := range stacks {
 		a, b := first[i], snap(st)
-		t.Logf("%s: wasm memory per VM (MiB): %v → %v; shared-data keys (not KV flags): %d → %d; KV flag keys: %d → %d (held %d); kvbridge ids: %d → %d",
-			st.mode, mib(a.pages), mib(b.pages), a.keys, b.keys, a.flags, b.flags, b.held, a.entries, b.entries)
+		t.Logf("%s: wasm memory per VM (MiB): %v → %v; shared-data keys: per endpoint %d → %d, others (not KV flags) %d → %d; KV flag keys: %d → %d (held %d); kvbridge ids: %d → %d",
+			st.mode, mib(a.pages), mib(b.pages), a.endpointKeys, b.endpointKeys, a.keys, b.keys, a.flags, b.flags, b.held, a.entries, b.entries)
 		for j := range b.pages {
 			if j < len(a.pages) && b.pages[j] > 2*a.pages[j] && b.pages[j] > a.pages[j]+64 {
 				t.Errorf("%s: VM %d memory grew from %d to %d pages", st.mode, j, a.pages[j], b.pages[j])
@@ -297,4 +333,17 @@ func bridgeMetric(addr, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("kvbridge /metrics has no %s", name)
+}
+
+// loadavg is the machine's 1-minute load average (the soak shares its cores).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
