@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,12 +188,21 @@ func cutAnswer(t *testing.T, s *stack.Stack, body []byte, cancelAt func() bool) 
 
 func TestFaultMatrix(t *testing.T) {
 	var m matrix
-	t.Run("engine", func(t *testing.T) { t.Parallel(); engineFaults(t, &m) })
-	t.Run("decoder_refuses", func(t *testing.T) { t.Parallel(); decoderRefuses(t, &m) })
-	t.Run("bridge", func(t *testing.T) { t.Parallel(); bridgeFaults(t, &m) })
-	t.Run("load", func(t *testing.T) { t.Parallel(); loadFaults(t, &m) })
+	groups := []struct {
+		name string
+		run  func(*testing.T, *matrix)
+	}{{"engine", engineFaults}, {"decoder_refuses", decoderRefuses}, {"bridge", bridgeFaults}, {"load", loadFaults}, {"sglang", sglangFaults}}
+	var ran atomic.Int32
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			g.run(t, &m)
+			ran.Add(1)
+		})
+	}
 	t.Cleanup(func() {
-		if t.Failed() || proxy == stack.Envoy {
+		// The table is the whole matrix's: not from a -run subset, a failed run or real Envoy.
+		if t.Failed() || proxy == stack.Envoy || int(ran.Load()) != len(groups) {
 			return
 		}
 		checkMatrixDoc(t, m.rows)
@@ -277,6 +287,72 @@ func engineFaults(t *testing.T, m *matrix) {
 		}
 		m.add(t, matrixRow{"client", "client gone mid-stream", "nixl", "decoder stream reset; counts released", obs, leftovers(t, s, before)})
 	})
+}
+
+// sglangFaults: in sglang mode both legs leave at once and the decoder waits for the
+// prefiller's room, so a prefill that fails must end the request itself (README: 502 at
+// once, or a terminal SSE error event once the answer streams; never the engine's 300 s
+// wait). The client gives up after 5 s.
+func sglangFaults(t *testing.T, m *matrix) {
+	s := start(t, modeTopology(config.ModeSGLang, map[string]any{"threshold_tokens": 0, "prefill_timeout_ms": 1000}))
+	warmSGLang := func() {
+		post(t, s, "/v1/completions", completion(longPrompt, nil), nil).expect(t, 200, "disagg")
+	}
+	warmSGLang()
+	// sglang never falls back: a failed prefill is on_prefill_failure fail's answer.
+	const (
+		failed   = "502 PREFILL_FAILED at once (a terminal SSE error event once the answer streams)"
+		timedOut = "504 PREFILL_TIMEOUT at once (a terminal SSE error event once the answer streams)"
+	)
+	for _, tc := range []struct {
+		fault, documented string
+		fs                mocks.Fault
+		stream            bool
+	}{
+		{"prefill answers 500", failed, mocks.Fault{Type: mocks.FaultStatus, Status: 500, Kind: "prefill"}, false},
+		{"prefill answers 500, streamed answer", failed, mocks.Fault{Type: mocks.FaultStatus, Status: 500, Kind: "prefill"}, true},
+		{"prefill hangs (prefill_timeout_ms)", timedOut, mocks.Fault{Type: mocks.FaultHang, Kind: "prefill"}, false},
+		{"prefill hangs (prefill_timeout_ms), streamed answer", timedOut, mocks.Fault{Type: mocks.FaultHang, Kind: "prefill"}, true},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			reset(t, s)
+			before := sharedKeys(s)
+			faults(t, s.Prefill, tc.fs)
+			extra := map[string]any{"max_tokens": 4}
+			if tc.stream {
+				extra["stream"] = true
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := send(ctx, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, extra), nil)
+			var obs string
+			switch {
+			case err != nil && errors.Is(err, context.DeadlineExceeded):
+				obs = "no answer within 5 s (the client gave up)"
+			case err != nil:
+				obs = "transport error"
+			case tc.stream && len(r.Events) > 0:
+				obs = answer(r) + ", a stream without an error event"
+				if slices.ContainsFunc(r.Events, func(e stack.Event) bool { return strings.Contains(e.Data, `"error"`) }) {
+					obs = answer(r) + ", a stream with an error event"
+				}
+			default:
+				obs = answer(r)
+			}
+			cancel()
+			// Both legs are in flight: the decoder may report the failed room (its own
+			// 500) before the prefill's answer reaches the filter. OPERATIONS documents
+			// the race; the table names both so it does not flip between runs.
+			decoder := "500 disagg" // the decoder's own error
+			if tc.stream {
+				decoder = "200 disagg, a stream with an error event"
+			}
+			if want := tc.documented[:3] + " disagg, error " + strings.Fields(tc.documented)[1]; obs == want || obs == decoder {
+				obs = want + ", or the decoder's own error (" + decoder + ") when it reports the failed room first"
+			}
+			m.add(t, matrixRow{"engine", "sglang " + tc.fault, "sglang", tc.documented, obs, leftovers(t, s, before)})
+		})
+	}
 }
 
 // decoderRefuses runs on a stack of its own: its decoders are closed for good.
