@@ -85,7 +85,7 @@ SOAK_RATE     ?= 200
 soak: build ## bounded soak, not in make test: SOAK_DURATION (10m) at SOAK_RATE (200) req/s over nixl, lmcache, sglang; fails on unbounded growth
 	PDROUTE_SOAK_DURATION=$(SOAK_DURATION) PDROUTE_SOAK_RATE=$(SOAK_RATE) PDROUTE_E2E_WASM=$(CURDIR)/$(WASM) \
 	  PDROUTE_SOAK_KVBRIDGE=$(CURDIR)/$(BUILD)/kvbridge \
-	  $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./e2e/scenarios/ | grep -v '^=== '
+	  $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./e2e/scenarios/
 
 oci: wasm ## OCI image layout of the plugin in build/oci (+ build/pdroute-oci.tar)
 	$(GO) run ./e2e/envoy/oci/cmd/wasm-oci -wasm $(WASM) -out $(BUILD)/oci -tar $(BUILD)/pdroute-oci.tar
