@@ -283,6 +283,16 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s: %d KV flags still held when idle", st.mode, b.held)
 		}
 	}
+	// The engines' side, for reading a failure: what each mock served, and the requests
+	// whose client left before the answer was complete.
+	for _, st := range stacks {
+		var line []string
+		for _, e := range st.s.Engines() {
+			es := stats(t, e)
+			line = append(line, fmt.Sprintf("%s %v aborts %d misrouted %d", e.Name, es.Requests, es.ClientAborts, es.Misrouted))
+		}
+		t.Logf("%s engines: %s", st.mode, strings.Join(line, "; "))
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	var kinds []string
