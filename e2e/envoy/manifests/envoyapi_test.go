@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -265,14 +266,13 @@ func gatewayElement(field, jsonPath string, docs []doc) (map[string]any, error) 
 			}
 		}
 		var w *yaml.Node
-		if ws := items(get(policy, "spec", "wasm")); policy != nil && len(ws) > int(m[3][0]-'0') {
-			w = ws[m[3][0]-'0']
+		if ws, i := items(get(policy, "spec", "wasm")), atoi(m[3]); i < len(ws) {
+			w = ws[i]
 		}
 		if w == nil {
 			return nil, fmt.Errorf("no EnvoyExtensionPolicy %s/%s wasm[%s] in the manifests", m[1], m[2], m[3])
 		}
-		name := strings.TrimPrefix(jsonPath[strings.Index(jsonPath, "envoy.filters.http.wasm/"):], "")
-		name = name[:strings.Index(name, "'")]
+		name := wasmFilterPrefix + m[0] // the filter Envoy Gateway names after the policy entry
 		cfgJSON, _ := json.Marshal(yamlNodeAny(get(w, "config")))
 		plugin := map[string]any{
 			"name":    name,
@@ -368,6 +368,11 @@ func wasmPluginFilter(d doc) map[string]any {
 		plugin["failure_policy"] = "FAIL_RELOAD"
 	}
 	return map[string]any{"config": plugin}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 func yamlNodeAny(n *yaml.Node) any {
