@@ -9,7 +9,7 @@ CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cm
         ./e2e/mocks/cmd/mockengine ./e2e/cmd/pdroute-dev ./filter/cmd/pdroute-config \
         ./e2e/envoy/oci/cmd/wasm-oci ./tokenest/cmd/tokest
 
-.PHONY: all build wasm cmds test test-start unit race fuzz lint bench sim demo dev e2e-envoy oci clean help
+.PHONY: all build wasm cmds test test-start unit race fuzz lint bench sim demo dev e2e-envoy oci soak clean help
 
 all: build
 
@@ -34,6 +34,9 @@ lint: ## gofmt, go vet (native and wasm), no assembly
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/... ./tokenest ./lb
 	@out=$$(git ls-files '*.s' '*.S' 2>/dev/null); \
 	  if [ -n "$$out" ]; then echo "assembly is not allowed (RATIONALE.md, one pure-Go estimator):"; echo "$$out"; exit 1; fi
+	@# e2e/envoy/apicheck is a module of its own, one go.mod per Envoy API version, each on its toolchain
+	cd e2e/envoy/apicheck && for m in go.mod envoy-1.35.mod; do \
+	  GOTOOLCHAIN=$$(awk '$$1 == "toolchain" {print $$2}' $$m) $(GO) vet -modfile=$$m . || exit 1; done
 
 test: test-start lint build unit race fuzz e2e-envoy ## everything CI runs (README's test command, about 6-10 minutes); says SKIPPED for real Envoy when there is none
 
@@ -80,6 +83,13 @@ dev: build ## run the stack on loopback until interrupted (PDROUTE_DEV_MODE, PDR
 
 e2e-envoy: build ## play the scenario suite against a real envoy (skips without one)
 	./e2e/envoy/run-e2e-envoy
+
+SOAK_DURATION ?= 10m
+SOAK_RATE     ?= 200
+soak: build ## bounded soak, not in make test: SOAK_DURATION (10m) at SOAK_RATE (200) req/s over nixl, lmcache, sglang; fails on unbounded growth
+	PDROUTE_SOAK_DURATION=$(SOAK_DURATION) PDROUTE_SOAK_RATE=$(SOAK_RATE) PDROUTE_E2E_WASM=$(CURDIR)/$(WASM) \
+	  PDROUTE_SOAK_KVBRIDGE=$(CURDIR)/$(BUILD)/kvbridge \
+	  $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./e2e/scenarios/
 
 oci: wasm ## OCI image layout of the plugin in build/oci (+ build/pdroute-oci.tar)
 	$(GO) run ./e2e/envoy/oci/cmd/wasm-oci -wasm $(WASM) -out $(BUILD)/oci -tar $(BUILD)/pdroute-oci.tar

@@ -40,8 +40,13 @@ const ReferenceWasmFile = "build/pdroute.wasm"
 // ReferenceBootstrap renders e2e/envoy/envoy.yaml: DevTopology in nixl mode,
 // with the engines' planned addresses (nothing is started). `pdroute-dev
 // -proxy envoy` in nixl mode runs the same file but for the module path.
-func ReferenceBootstrap() ([]byte, error) {
-	return referenceBootstrap(DevTopology(config.ModeNIXL))
+func ReferenceBootstrap() ([]byte, error) { return ModeBootstrap(config.ModeNIXL) }
+
+// ModeBootstrap renders the bootstrap `make dev` runs in mode (DevTopology,
+// engines' planned addresses, nothing started): what the Envoy API check
+// (e2e/envoy/manifests) validates for every mode.
+func ModeBootstrap(mode config.Mode) ([]byte, error) {
+	return referenceBootstrap(DevTopology(mode))
 }
 
 // ReferenceBootstrapNoFlag renders e2e/envoy/envoy-1.33.yaml: ReferenceBootstrap
@@ -69,8 +74,19 @@ func referenceBootstrap(t Topology) ([]byte, error) {
 		return nil, err
 	}
 	s := &Stack{Topology: t, WasmFile: ReferenceWasmFile}
+	// Side ports (SGLang bootstrap, LMCache receivers) are planned above the
+	// engines' API ports; only the configuration's shape depends on them.
+	side := t.Ports.EngineBase + 100
 	_ = eachEngine(t, func(e *Engine, addr string) error {
 		e.Addr, e.Addresses = addr, mocks.Addresses{Addr: addr}
+		switch {
+		case t.Mode == config.ModeSGLang && e.Role == mocks.Prefill:
+			e.Addresses.Bootstrap = loopback(side)
+			side++
+		case t.Mode == config.ModeLMCache && e.Role == mocks.Decode:
+			e.Addresses.KVInit, e.Addresses.KVAlloc = []string{loopback(side)}, []string{loopback(side + 1)}
+			side += 2
+		}
 		s.add(e)
 		return nil
 	})
