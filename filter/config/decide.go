@@ -248,6 +248,10 @@ func (c *Config) HeadersWayLimits() []string {
 		out = append(out, "decode.strategy prefix_affinity chooses the decoder before the body is read: "+
 			"by load (bounded-load hashing of a random key), not by prompt prefix")
 	}
+	if c.Decode.Strategy == CacheAware {
+		out = append(out, "decode.strategy cache_aware chooses the decoder before the body is read: "+
+			"by load, not by the prompt's cached prefix (the prefill choice and threshold_on uncached still read the prompt)")
+	}
 	if c.Mode == ModeLMCache {
 		out = append(out, "lmcache mode sends chat completions straight to a decoder (their decode leg is "+
 			"/v1/completions, and the path is fixed once the headers continue); /v1/completions requests disaggregate")

@@ -194,6 +194,10 @@ func TestRouteAt(t *testing.T) {
 			t.Errorf("%s: HeadersWayLimits = %q, want %d", tt.mode, got, tt.limits)
 		}
 	}
+	cacheAware := mustParse(t, edit(t, base[ModeNIXL], "decode.strategy", `"cache_aware"`))
+	if got := cacheAware.HeadersWayLimits(); len(got) != 1 || !strings.Contains(got[0], "cache_aware") {
+		t.Errorf("nixl + decode cache_aware: HeadersWayLimits = %q", got)
+	}
 	affinity := mustParse(t, edit(t, base[ModeLMCache], "decode.strategy", `"prefix_affinity"`))
 	if got := affinity.HeadersWayLimits(); len(got) != 2 || !strings.Contains(got[0], "prefix_affinity") {
 		t.Errorf("lmcache + decode prefix_affinity: HeadersWayLimits = %q", got)
