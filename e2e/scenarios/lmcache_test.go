@@ -315,7 +315,18 @@ func testLMCacheTP2Proceed(t *testing.T) {
 	spec := stack.EngineSpec{Latency: fast, TPSize: 2}
 	dec := spec
 	dec.Endpoint = func(ep map[string]any) {
-		ep["kv_receiver"].(map[string]any)["alloc_ports"].([]int)[1] = closed
+		kv := ep["kv_receiver"].(map[string]any)
+		// a port just closed can be the next one handed out: not one of the receiver's own
+		taken := map[int]bool{}
+		for _, k := range []string{"init_ports", "alloc_ports"} {
+			for _, p := range kv[k].([]int) {
+				taken[p] = true
+			}
+		}
+		for taken[closed] {
+			closed = closedPort(t)
+		}
+		kv["alloc_ports"].([]int)[1] = closed
 	}
 	s := start(t, stack.Topology{Mode: config.ModeLMCache, Prefill: []stack.EngineSpec{spec}, Decode: []stack.EngineSpec{dec},
 		Plugin: map[string]any{"lmcache": map[string]any{"kv_wait_timeout_ms": 600, "on_kv_timeout": "proceed"}}})
