@@ -16,6 +16,7 @@ import (
 	"github.com/pdroute/pdroute/filter/config"
 	"github.com/pdroute/pdroute/hostcalls/kvbridge"
 	"github.com/pdroute/pdroute/hostcalls/zmqpush"
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Issue 6: lmcache mode (LMCache NIXL push). The filter tokenizes, sends
@@ -568,4 +569,71 @@ func kvbridgeWaits(t testing.TB, s *stack.Stack) map[string]float64 {
 		out[label], _ = strconv.ParseFloat(value, 64)
 	}
 	return out
+}
+
+// TestLMCacheVMTrap: one worker's VM traps (FAIL_RELOAD) while its lmcache
+// streams wait for their KV. Every client gets an answer, and once the dead
+// VM's in-flight counts expired nothing it held is left: no shared-data key
+// (the KV-ready counts lived in its memory), no kvbridge long poll; a fresh
+// VM serves the next requests.
+func TestLMCacheVMTrap(t *testing.T) {
+	const concurrency = 8
+	topo := modeTopology(config.ModeLMCache, map[string]any{"lmcache": map[string]any{"kv_wait_timeout_ms": 8000}})
+	topo.Workers = 2
+	topo.RequestTimeout = 5 * time.Second
+	s := start(t, topo)
+	h := s.Emulator()
+	if h == nil {
+		t.Skip("a trap is injected through the emulator (envoyemu.Host.InjectTrap)")
+	}
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 4 { // new connections: both workers create what a stack keeps
+		r, err := stack.Send(testCtx(t, 30*time.Second), fresh, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
+		if err != nil || r.Status != 200 {
+			t.Fatalf("warm-up: %v %+v", err, r)
+		}
+	}
+	before := sharedKeys(s)
+	faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDelay, DelayMS: 2000})
+	var results []*pending
+	for range concurrency {
+		results = append(results, asyncClient(context.Background(), fresh, s, "/v1/completions", completion(longPrompt, nil)))
+	}
+	eventually(t, 15*time.Second, "every stream waits for its KV", func() (bool, string) {
+		n := stat(t, s, "pdroute.kv_wait.waiting")
+		return n == concurrency, jsonString(n)
+	})
+	if n := h.InjectTrap(stack.PluginName, 0); n != 1 {
+		t.Fatalf("InjectTrap armed %d VMs, want worker 0's", n)
+	}
+	statuses := map[int]int{}
+	for i, p := range results {
+		r, err := p.result()
+		if err != nil {
+			t.Errorf("client %d: no answer: %v", i, err)
+			continue
+		}
+		statuses[r.Status]++
+	}
+	if statuses[200]+statuses[503] != concurrency || statuses[503] == 0 {
+		t.Errorf("answers by status %v: want 200 (the surviving VM) and 503 (the trapped VM) only", statuses)
+	}
+	t.Logf("answers by status after the trap: %v", statuses)
+	eventually(t, lb.DefaultOwnerTTL+10*time.Second, "in-flight counts back to zero", func() (bool, string) {
+		d := debugState(t, s)
+		return d.Inflight() == 0, jsonString(d.Pools)
+	})
+	faults(t, s.Prefill)
+	for i := range 4 {
+		r, err := stack.Send(testCtx(t, 30*time.Second), fresh, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
+		if err != nil || r.Status != 200 {
+			t.Errorf("request %d after the trap: %v %+v", i, err, r)
+		}
+	}
+	if left := leftovers(t, s, before); left != "none left" {
+		t.Errorf("after the trap: %s", left)
+	}
+	if ps := h.Plugins(); len(ps) != 1 || ps[0].Traps() != 1 {
+		t.Errorf("plugin stats: %s", pluginSummary(ps))
+	}
 }
