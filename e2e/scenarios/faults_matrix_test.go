@@ -85,10 +85,8 @@ func answer(r *response) string {
 
 // leftovers waits (bounded) for the stack to be idle and says what stayed: in-flight
 // counts, the answering VM's streams and KV waits, kvbridge waiters (lmcache) and, on the
-// emulator, shared data: a KV-ready flag or a VM's flag ledger still holding something, or
-// a new key that is neither per endpoint ("/lb/", bounded by the endpoint set) nor per VM
-// (the KV registry and ledgers, bounded by the VMs). A flag cleared to empty keeps its key
-// (proxy-wasm shared data has no delete): those are counted separately, per row.
+// emulator, any new shared-data key that is not per endpoint ("/lb/", bounded by the
+// endpoint set): proxy-wasm shared data has no delete, so a key once written stays.
 func leftovers(t *testing.T, s *stack.Stack, before []string) string {
 	t.Helper()
 	var left string
@@ -111,31 +109,12 @@ func leftovers(t *testing.T, s *stack.Stack, before []string) string {
 				out = append(out, fmt.Sprintf("%d kvbridge waiters", w))
 			}
 		}
-		cleared := 0
 		if h := s.Emulator(); h != nil {
 			var extra []string
-			held := 0
 			for _, k := range h.SharedDataKeys(stack.PluginName) {
-				v, _, _ := h.SharedData(stack.PluginName, k)
-				isNew := !slices.Contains(before, k)
-				switch {
-				case strings.Contains(k, "/kv/"):
-					if len(v) > 0 {
-						held++
-					} else if isNew {
-						cleared++
-					}
-				case strings.Contains(k, "/kv_ledger/"):
-					if len(v) > 0 {
-						held++
-					}
-				case strings.Contains(k, "/lb/") || strings.HasSuffix(k, "/kv_vms"):
-				case isNew:
+				if !strings.Contains(k, "/lb/") && !slices.Contains(before, k) {
 					extra = append(extra, k)
 				}
-			}
-			if held > 0 {
-				out = append(out, fmt.Sprintf("%d KV flags or ledgers still holding", held))
 			}
 			if len(extra) > 0 {
 				out = append(out, fmt.Sprintf("new shared-data keys %q", extra))
@@ -145,9 +124,6 @@ func leftovers(t *testing.T, s *stack.Stack, before []string) string {
 		if left == "" || time.Now().After(deadline) {
 			if left == "" {
 				left = "none left"
-			}
-			if cleared > 0 {
-				left += fmt.Sprintf(" (%d cleared KV flag key(s) stay: shared data has no delete)", cleared)
 			}
 			return left
 		}

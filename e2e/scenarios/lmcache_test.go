@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/pdroute/pdroute/filter/config"
 	"github.com/pdroute/pdroute/hostcalls/kvbridge"
 	"github.com/pdroute/pdroute/hostcalls/zmqpush"
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Issue 6: lmcache mode (LMCache NIXL push). The filter tokenizes, sends
@@ -62,6 +64,33 @@ func testLMCache(t *testing.T) {
 			t.Errorf("decoder says %q (%s), want transferred", r.kv(), r.Header.Get("x-mock-kv-reason"))
 		}
 		kvStats(t, s).expectDelta(t, before, 1, 0)
+	})
+
+	// Issue 29: every request used to leave its KV-ready flag's key in shared data
+	// (cleared to empty, but shared data has no delete): 25 keys/s in the soak.
+	t.Run("no_shared_data_key_per_request", func(t *testing.T) {
+		h := s.Emulator()
+		if h == nil {
+			t.Skip("shared data is visible on the emulator only")
+		}
+		reset(t, s)
+		for range 3 { // the first requests create what a stack keeps (records, indexes)
+			post(t, s, "/v1/completions", completion(longPrompt, nil), nil).expect(t, 200, "disagg")
+		}
+		keys := h.SharedDataKeys(stack.PluginName)
+		const n = 20
+		for range n {
+			post(t, s, "/v1/completions", completion(longPrompt, nil), nil).expect(t, 200, "disagg")
+		}
+		var added []string
+		for _, k := range h.SharedDataKeys(stack.PluginName) {
+			if !slices.Contains(keys, k) {
+				added = append(added, k)
+			}
+		}
+		if len(added) > 0 {
+			t.Errorf("%d disaggregated requests added %d shared-data keys (%d before), e.g. %q", n, len(added), len(keys), added[0])
+		}
 	})
 
 	t.Run("notification_after_prefill_answer", func(t *testing.T) {
@@ -144,9 +173,11 @@ func testLMCache(t *testing.T) {
 			return n == 0 && d.VMKVWaiting == 0 && d.Inflight() == 0, jsonString([]any{n, d})
 		})
 		if h := s.Emulator(); h != nil {
-			// Shared data has no delete: a released flag is an empty value.
-			if v, _, ok := h.SharedData(stack.PluginName, "pdroute/kv/"+id); !ok || len(v) != 0 {
-				t.Errorf("KV flag of %s: present %v, value %x; want present and empty", id, ok, v)
+			// Shared data has no delete: nothing may be keyed by the request.
+			for _, k := range h.SharedDataKeys(stack.PluginName) {
+				if strings.Contains(k, id) {
+					t.Errorf("shared-data key %q names the request's KV id", k)
+				}
 			}
 		}
 		if n := len(recorded(t, s.Decode, "decode")); n != 0 {
@@ -549,4 +580,71 @@ func kvbridgeWaits(t testing.TB, s *stack.Stack) map[string]float64 {
 		out[label], _ = strconv.ParseFloat(value, 64)
 	}
 	return out
+}
+
+// TestLMCacheVMTrap: one worker's VM traps (FAIL_RELOAD) while its lmcache
+// streams wait for their KV. Every client gets an answer, and once the dead
+// VM's in-flight counts expired nothing it held is left: no shared-data key
+// (the KV-ready counts lived in its memory), no kvbridge long poll; a fresh
+// VM serves the next requests.
+func TestLMCacheVMTrap(t *testing.T) {
+	const concurrency = 8
+	topo := modeTopology(config.ModeLMCache, map[string]any{"lmcache": map[string]any{"kv_wait_timeout_ms": 8000}})
+	topo.Workers = 2
+	topo.RequestTimeout = 5 * time.Second
+	s := start(t, topo)
+	h := s.Emulator()
+	if h == nil {
+		t.Skip("a trap is injected through the emulator (envoyemu.Host.InjectTrap)")
+	}
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 4 { // new connections: both workers create what a stack keeps
+		r, err := stack.Send(testCtx(t, 30*time.Second), fresh, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
+		if err != nil || r.Status != 200 {
+			t.Fatalf("warm-up: %v %+v", err, r)
+		}
+	}
+	before := sharedKeys(s)
+	faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultNotifyDelay, DelayMS: 2000})
+	var results []*pending
+	for range concurrency {
+		results = append(results, asyncClient(context.Background(), fresh, s, "/v1/completions", completion(longPrompt, nil)))
+	}
+	eventually(t, 15*time.Second, "every stream waits for its KV", func() (bool, string) {
+		n := stat(t, s, "pdroute.kv_wait.waiting")
+		return n == concurrency, jsonString(n)
+	})
+	if n := h.InjectTrap(stack.PluginName, 0); n != 1 {
+		t.Fatalf("InjectTrap armed %d VMs, want worker 0's", n)
+	}
+	statuses := map[int]int{}
+	for i, p := range results {
+		r, err := p.result()
+		if err != nil {
+			t.Errorf("client %d: no answer: %v", i, err)
+			continue
+		}
+		statuses[r.Status]++
+	}
+	if statuses[200]+statuses[503] != concurrency || statuses[503] == 0 {
+		t.Errorf("answers by status %v: want 200 (the surviving VM) and 503 (the trapped VM) only", statuses)
+	}
+	t.Logf("answers by status after the trap: %v", statuses)
+	eventually(t, lb.DefaultOwnerTTL+10*time.Second, "in-flight counts back to zero", func() (bool, string) {
+		d := debugState(t, s)
+		return d.Inflight() == 0, jsonString(d.Pools)
+	})
+	faults(t, s.Prefill)
+	for i := range 4 {
+		r, err := stack.Send(testCtx(t, 30*time.Second), fresh, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
+		if err != nil || r.Status != 200 {
+			t.Errorf("request %d after the trap: %v %+v", i, err, r)
+		}
+	}
+	if left := leftovers(t, s, before); left != "none left" {
+		t.Errorf("after the trap: %s", left)
+	}
+	if ps := h.Plugins(); len(ps) != 1 || ps[0].Traps() != 1 {
+		t.Errorf("plugin stats: %s", pluginSummary(ps))
+	}
 }

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -281,36 +280,37 @@ const kvPollWait = 2 * time.Second
 // join the next one (a poll returns within kvPollWait).
 const maxKVPolls = 8
 
-// kvFlagPrefix prefixes the per-request KV-ready flags in shared data.
-const kvFlagPrefix = "kv/"
-
 // kvWaiter is the root's side of the lmcache gate: it long-polls kvbridge
-// (POST /v1/kv/wait) for the ids this VM's streams wait on, writes each
-// id's notification count into shared data (kvFlagPrefix+id), and resumes
-// a stream once its count reaches the decoder's TP size. It never polls
-// faster than the long poll; when kvbridge fails it backs off, and waiting
-// streams follow on_kv_timeout.
+// (POST /v1/kv/wait) for the ids this VM's streams wait on, keeps each id's
+// notification count in its entry, and resumes a stream once its count
+// reaches the decoder's TP size. It never polls faster than the long poll;
+// when kvbridge fails it backs off, and waiting streams follow on_kv_timeout.
+//
+// The counts live in this VM's memory, not in shared data: only the VM whose
+// stream waits polls for its id and reads its count, and shared data has no
+// delete, so a key per request would stay forever. A VM that traps loses its
+// entries with its memory and leaves nothing behind (kvbridge expires its
+// own ids).
 type kvWaiter struct {
 	r       *rootContext
 	entries map[string]*kvEntry
 	polls   int
 	backoff time.Duration
 	retryAt time.Time
-	// ledger records this VM's flags so other VMs can collect them if it
-	// dies, and collects those of VMs that died (kvgc.go).
-	ledger *kvLedger
 }
 
 type kvEntry struct {
 	s       *stream
 	polling bool
+	// count is the KV-ready notifications kvbridge reported for the id.
+	count int
 	// complete: the notifications are in; only the prefill answer is
 	// awaited, so the id is not polled again.
 	complete bool
 }
 
 func newKVWaiter(r *rootContext) *kvWaiter {
-	return &kvWaiter{r: r, entries: map[string]*kvEntry{}, ledger: newKVLedger(r.store, r.instance)}
+	return &kvWaiter{r: r, entries: map[string]*kvEntry{}}
 }
 
 // add starts waiting for s's KV (s is the effective context).
@@ -320,7 +320,7 @@ func (w *kvWaiter) add(s *stream) {
 	w.poll(time.Now(), s.id)
 }
 
-// remove stops waiting for s and deletes its flag (idempotent).
+// remove stops waiting for s and forgets its count (idempotent).
 func (w *kvWaiter) remove(s *stream) {
 	e, ok := w.entries[s.lm.kvID]
 	if !ok || e.s != s {
@@ -328,16 +328,12 @@ func (w *kvWaiter) remove(s *stream) {
 	}
 	delete(w.entries, s.lm.kvID)
 	w.r.m.waitingGauge.Add(-1)
-	if err := overwrite(w.r.store, kvFlagPrefix+s.lm.kvID, nil); err != nil {
-		abi.LogDebugf("pdroute: clear KV flag %s: %v", s.lm.kvID, err)
-	}
-	w.ledger.cleared(s.lm.kvID)
 }
 
-// ready reports whether s's flag says the KV is complete.
+// ready reports whether s's count says the KV is complete.
 func (w *kvWaiter) ready(s *stream) bool {
-	v, _, err := w.r.store.Get(kvFlagPrefix + s.lm.kvID)
-	return err == nil && len(v) == 4 && int(binary.LittleEndian.Uint32(v)) >= s.lm.need
+	e, ok := w.entries[s.lm.kvID]
+	return ok && e.s == s && e.count >= s.lm.need
 }
 
 // maxIDsPerPoll keeps one poll well under kvbridge's limit of 4096 ids.
@@ -418,25 +414,13 @@ func (w *kvWaiter) onPoll(ids []string, a callAnswer) {
 		return
 	}
 	w.backoff = 0
-	ready := gjson.GetBytes(a.body, "ready")
-	ready.ForEach(func(_, v gjson.Result) bool {
-		if id := v.Get("req_id").String(); w.entries[id] != nil && v.Get("count").Int() > 0 {
-			w.ledger.wrote(id)
-		}
-		return true
-	})
-	w.ledger.flush(now) // the ledger names a flag before the flag exists (kvgc.go)
-	ready.ForEach(func(_, v gjson.Result) bool {
+	gjson.GetBytes(a.body, "ready").ForEach(func(_, v gjson.Result) bool {
 		id, count := v.Get("req_id").String(), v.Get("count").Int()
 		e, ok := w.entries[id]
 		if !ok || count <= 0 {
 			return true // a stream that ended meanwhile
 		}
-		var flag [4]byte
-		binary.LittleEndian.PutUint32(flag[:], uint32(min(count, 1<<31)))
-		if err := overwrite(w.r.store, kvFlagPrefix+id, flag[:]); err != nil {
-			abi.LogWarnf("pdroute: write KV flag %s: %v", id, err)
-		}
+		e.count = int(min(count, 1<<31))
 		if w.ready(e.s) {
 			e.complete = true
 			w.r.asStream(e.s, e.s.onKVReady)
@@ -456,10 +440,6 @@ func (w *kvWaiter) fail(now time.Time, why string) {
 // tick applies on_kv_timeout to streams whose KV is late and resumes
 // polling after a back-off (root as effective context).
 func (w *kvWaiter) tick(now time.Time) {
-	if n := w.ledger.tick(now); n > 0 {
-		w.r.m.kvCollected.Increment(uint64(n))
-		abi.LogInfof("pdroute: collected %d KV-ready flags left by a VM that stopped", n)
-	}
 	for _, e := range w.entries {
 		if s := e.s; s.lm.answered && !s.lm.decoding && now.After(s.lm.deadline) {
 			w.r.asStream(s, s.onKVTimeout)

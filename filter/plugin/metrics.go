@@ -42,7 +42,6 @@ type metrics struct {
 	kvTimeout     abi.MetricCounter
 	kvWait        abi.MetricHistogram
 	kvPollErrors  abi.MetricCounter
-	kvCollected   abi.MetricCounter
 	waitingGauge  abi.MetricGauge
 	scrapeErrors  abi.MetricCounter
 	scrapeSuccess abi.MetricCounter
@@ -88,7 +87,6 @@ func defineMetrics(mode config.Mode) *metrics {
 		m.kvReady = abi.DefineCounterMetric(metricPrefix + "kv_wait.ready")
 		m.kvTimeout = abi.DefineCounterMetric(metricPrefix + "kv_wait.timeout")
 		m.kvPollErrors = abi.DefineCounterMetric(metricPrefix + "kv_wait.poll_errors")
-		m.kvCollected = abi.DefineCounterMetric(metricPrefix + "kv_wait.collected_flags")
 		m.kvWait = abi.DefineHistogramMetric(metricPrefix + "kv_wait_ms")
 		m.waitingGauge = abi.DefineGaugeMetric(metricPrefix + "kv_wait.waiting")
 	}
