@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
 )
@@ -38,6 +39,10 @@ type DriverOptions struct {
 	// LogLevel filters LogSink and is what proxy_get_log_level returns. The
 	// zero value is LevelTrace, so a test sees every line the plugin logs.
 	LogLevel LogLevel
+	// Listener, when set, is given every call into and within the module
+	// (wazero's experimental function listeners): for profiling the guest
+	// in benchmarks only, it slows every call.
+	Listener experimental.FunctionListenerFactory
 }
 
 // Driver runs one plugin VM without HTTP, in the style of the SDK's proxytest
@@ -67,6 +72,9 @@ type Driver struct {
 // StartPlugin next, as with proxytest.
 func NewDriver(code []byte, opts DriverOptions) (*Driver, error) {
 	ctx := context.Background()
+	if opts.Listener != nil {
+		ctx = experimental.WithFunctionListenerFactory(ctx, opts.Listener)
+	}
 	mod, err := loadModule(ctx, code, opts.EnvoyVersion)
 	if err != nil {
 		return nil, err
