@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"sort"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,11 +118,11 @@ func (p *wasmProfiler) reset() {
 
 // profiled are the functions listened to (PDROUTE_WASMPROF_FUNCS
 // overrides): the exports, host functions, pdroute's packages but for
-// tokenest's inner loops, gjson, and the runtime's allocation, GC and
+// tokenest's inner loops, and the runtime's allocation, GC and
 // memory growth. A call costs ~1.5 µs listened to, so the small functions
 // called thousands of times per request are left to their callers, whose
 // time they then count in.
-var profiled = regexp.MustCompile(`^(host:|\.proxy_|\.github\.com_pdroute_pdroute_(filter|lb|config|tokenest\.)|\.github\.com_tidwall|` +
+var profiled = regexp.MustCompile(`^(host:|\.proxy_|\.github\.com_pdroute_pdroute_(filter|lb|config|tokenest\.)|` +
 	`\.runtime\.(mallocgc|gcAssistAlloc|growMemory|gcStart|gcBgMarkWorker|bgsweep|mallocgcLarge|memmove|memclrNoHeapPointers|growslice|mapassign.*|mapaccess.*|concatstrings|slicebytetostring)$)`)
 
 func (p *wasmProfiler) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
