@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -547,6 +548,16 @@ func (s *driverStream) sendLocalReply(code int, body []byte, headers [][2]string
 
 func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 	buf := s.decodingBuffer()
+	if buf.b == nil && s.reqH != nil {
+		// Envoy buffers by moving the chunks' slices, never copying what
+		// it holds: room for the announced body keeps the emulator from
+		// copying it over and over as it grows.
+		if v, ok := s.reqH.get("content-length"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > len(data.b) && n <= s.d.limit {
+				buf.b = make([]byte, 0, n)
+			}
+		}
+	}
 	buf.b = append(buf.b, data.b...)
 	data.b = nil
 	if len(buf.b) > s.d.limit {
