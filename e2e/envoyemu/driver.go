@@ -551,10 +551,11 @@ func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 	if buf.b == nil && s.reqH != nil {
 		// Envoy buffers by moving the chunks' slices, never copying what
 		// it holds: room for the announced body keeps the emulator from
-		// copying it over and over as it grows.
+		// copying it over and over as it grows (and from copying it
+		// whole for an edit of its head).
 		if v, ok := s.reqH.get("content-length"); ok {
 			if n, err := strconv.Atoi(v); err == nil && n > len(data.b) && n <= s.d.limit {
-				buf.b = make([]byte, 0, n)
+				*buf = *withRoom(n)
 			}
 		}
 	}
