@@ -382,6 +382,10 @@ func bitsOf(m uint64) uint64 { return (m >> 7) * 0x0102040810204080 >> 56 }
 // element it stopped at, which Skip reads as any other.
 func skipIntegers(b []byte, i int) int {
 	for i < len(b) && b[i]-'1' < 9 {
+		if k := integerWords(b, i); k > i {
+			i = k
+			continue
+		}
 		j := i + 1
 		for j < len(b) && b[j]-'0' < 10 {
 			j++
@@ -390,6 +394,40 @@ func skipIntegers(b []byte, i int) int {
 			break
 		}
 		i = j + 1
+	}
+	return i
+}
+
+// integerWords is skipIntegers eight bytes at a time: from b[i], a digit
+// other than 0 that starts an element, it passes the words whose bytes are
+// all digits or commas with a digit other than 0 after each comma (after the
+// last byte, the byte that follows the word), to just after the last comma
+// of the last word passed: each element started in those words is then an
+// integer without a leading zero. It returns i when the first word does not
+// pass.
+func integerWords(b []byte, i int) int {
+	const low7 = ones * 0x7F
+	for i+9 <= len(b) {
+		x := Word(b, i)
+		// The high bit of each byte says whether it is a digit, a comma,
+		// a '0': byte by byte, as no sum below carries into the next byte.
+		t := x ^ (ones * '0')
+		digit := ^((t&low7 + ones*(0x80-10)) | t) & highs
+		zero := ^((t&low7 + low7) | t) & highs
+		c := x ^ (ones * ',')
+		comma := ^((c&low7 + low7) | c) & highs
+		if digit|comma != highs || comma == 0 {
+			break
+		}
+		// the bytes after the commas: digits other than 0
+		after := (digit &^ zero) >> 8
+		if b[i+8]-'1' < 9 {
+			after |= 1 << 63
+		}
+		if comma&^after != 0 {
+			break
+		}
+		i += (63-bits.LeadingZeros64(comma))/8 + 1
 	}
 	return i
 }
