@@ -11,7 +11,6 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
 )
 
 // vmKey carries the *vm in the context.Context of every call into a module,
@@ -116,7 +115,7 @@ func newVM(m *module, spec *PluginSpec, proc *process, env vmEnv, name string) (
 		pendingDone: map[uint32]bool{},
 	}
 	v.goctx = context.WithValue(context.Background(), vmKey{}, v)
-	inst, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(v.goctx, reservedMemory), m.compiled,
+	inst, err := m.rt.InstantiateModule(v.goctx, m.compiled,
 		wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("Failed to instantiate Wasm module: %w", err)
