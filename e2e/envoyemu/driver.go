@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
 )
@@ -38,6 +40,10 @@ type DriverOptions struct {
 	// LogLevel filters LogSink and is what proxy_get_log_level returns. The
 	// zero value is LevelTrace, so a test sees every line the plugin logs.
 	LogLevel LogLevel
+	// Listener, when set, is given every call into and within the module
+	// (wazero's experimental function listeners): for profiling the guest
+	// in benchmarks only, it slows every call.
+	Listener experimental.FunctionListenerFactory
 }
 
 // Driver runs one plugin VM without HTTP, in the style of the SDK's proxytest
@@ -67,6 +73,9 @@ type Driver struct {
 // StartPlugin next, as with proxytest.
 func NewDriver(code []byte, opts DriverOptions) (*Driver, error) {
 	ctx := context.Background()
+	if opts.Listener != nil {
+		ctx = experimental.WithFunctionListenerFactory(ctx, opts.Listener)
+	}
 	mod, err := loadModule(ctx, code, opts.EnvoyVersion)
 	if err != nil {
 		return nil, err
@@ -539,6 +548,17 @@ func (s *driverStream) sendLocalReply(code int, body []byte, headers [][2]string
 
 func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 	buf := s.decodingBuffer()
+	if buf.b == nil && s.reqH != nil {
+		// Envoy buffers by moving the chunks' slices, never copying what
+		// it holds: room for the announced body keeps the emulator from
+		// copying it over and over as it grows (and from copying it
+		// whole for an edit of its head).
+		if v, ok := s.reqH.get("content-length"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > len(data.b) && n <= s.d.limit {
+				*buf = *withRoom(n)
+			}
+		}
+	}
 	buf.b = append(buf.b, data.b...)
 	data.b = nil
 	if len(buf.b) > s.d.limit {

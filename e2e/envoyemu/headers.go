@@ -96,6 +96,19 @@ func (h *headerMap) len() int {
 // bodyBuf is a body buffer a plugin may read and modify in place.
 type bodyBuf struct {
 	b []byte
+	// front, when set, is an allocation b started inside of, with room
+	// before b to prepend in (see withRoom).
+	front []byte
+}
+
+// withRoom is an empty bodyBuf for about n bytes, with room to append them
+// and to prepend a tenth of them (64 KiB at least) without moving what it
+// holds: Envoy's drain and prepend (a decode edit of the body's head) move
+// slices, not the body.
+func withRoom(n int) *bodyBuf {
+	room := max(64<<10, n/10)
+	front := make([]byte, room+n)
+	return &bodyBuf{b: front[room:room], front: front}
 }
 
 // copyFrom is proxy_set_buffer_bytes on an HTTP body (Envoy Buffer::copyFrom):
@@ -106,6 +119,13 @@ func (b *bodyBuf) copyFrom(start, size uint32, data []byte) bool {
 	case start == 0:
 		drain := min(int(size), len(b.b))
 		rest := b.b[drain:]
+		if off := cap(b.front) - cap(rest); b.front != nil && len(rest) > 0 && off >= len(data) &&
+			&b.front[off] == &rest[0] { // rest is still inside front
+			copy(b.front[off-len(data):], data)
+			b.b = b.front[off-len(data) : off+len(rest)]
+			return true
+		}
+		b.front = nil
 		out := make([]byte, 0, len(data)+len(rest))
 		b.b = append(append(out, data...), rest...)
 		return true

@@ -96,3 +96,31 @@ func FuzzEnvoyPairs(f *testing.F) {
 		}
 	})
 }
+
+// TestBodyBufRoom checks drain-and-prepend in a body buffered with room in
+// front: the same bytes as without room, in place while the room lasts.
+func TestBodyBufRoom(t *testing.T) {
+	for _, tc := range []struct {
+		drain uint32
+		data  string
+	}{{0, "ab"}, {3, "x"}, {3, "xyz"}, {2, "0123456789"}, {9, "all"}, {0, ""}} {
+		plain := &bodyBuf{b: []byte("abcdefghi")}
+		room := withRoom(9)
+		room.b = append(room.b, "abcdefghi"...)
+		for range 3 { // repeated: the room is used up and then reallocated
+			if !plain.copyFrom(0, tc.drain, []byte(tc.data)) || !room.copyFrom(0, tc.drain, []byte(tc.data)) {
+				t.Fatal("copyFrom refused a drain and prepend")
+			}
+			if string(room.b) != string(plain.b) {
+				t.Fatalf("drain %d prepend %q: %q, want %q", tc.drain, tc.data, room.b, plain.b)
+			}
+		}
+	}
+	b := withRoom(4)
+	b.b = append(b.b, "body"...)
+	front := &b.front[0]
+	b.copyFrom(0, 1, []byte("head-"))
+	if string(b.b) != "head-ody" || &b.front[0] != front {
+		t.Fatalf("%q: not prepended in place", b.b)
+	}
+}

@@ -160,6 +160,10 @@ var callStatus struct {
 	message string
 }
 
+// CallBodyCopied: proxytest keeps a DispatchHttpCall body as it is given,
+// for tests to read, so it is not to be reused.
+const CallBodyCopied = false
+
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeout uint32, callBack func(int, int, int)) (uint32, error) {
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeout,

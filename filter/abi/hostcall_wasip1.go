@@ -272,6 +272,10 @@ func sendLocalResponse(code uint32, details string, headers [][2]string, body []
 		bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), grpcStatus))
 }
 
+// CallBodyCopied: the host copies a DispatchHttpCall body before the call
+// returns (Envoy's proxy_http_call does), so the caller may reuse it.
+const CallBodyCopied = true
+
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeout uint32, callBack func(int, int, int)) (uint32, error) {
 	h := abispec.AppendPairs(nil, headers)

@@ -46,7 +46,11 @@ func Disaggregable(mode config.Mode, r Request) error {
 // max_completion_tokens before max_tokens; adding it to a request that lacks
 // it would only put an unknown field into /v1/completions) — and no
 // min_tokens or min_completion_tokens, which would contradict one token.
-func NIXLPrefill(r Request) []byte {
+func NIXLPrefill(r Request) []byte { return NIXLPrefillTo(nil, r) }
+
+// NIXLPrefillTo is NIXLPrefill appending to dst (a buffer the caller
+// reuses).
+func NIXLPrefillTo(dst []byte, r Request) []byte {
 	edits := make([]Edit, 0, 7)
 	edits = append(edits,
 		Set("kv_transfer_params", nixlPrefillParams),
@@ -58,7 +62,7 @@ func NIXLPrefill(r Request) []byte {
 	if r.Body.Raw("max_completion_tokens") != nil {
 		edits = append(edits, Set("max_completion_tokens", jsonOne))
 	}
-	return r.Body.Build(edits...)
+	return r.Body.AppendTo(dst, edits...)
 }
 
 // NIXLDecode builds the decode body of the nixl mode: the sanitised client

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 // Errors of ParseObject. The plugin answers 400 to a client body that fails.
@@ -98,6 +100,18 @@ type member struct {
 // ParseObject validates b as one JSON object and indexes its top-level
 // members. It returns ErrNotJSON, ErrNotObject or ErrTooDeep.
 func ParseObject(b []byte) (Object, error) {
+	// One pass of tokenest's reader validates and indexes; only a body it
+	// refuses is read again, for the error to report.
+	var x tokenest.Index
+	if x.Read(b) {
+		return indexedObject(b, &x), nil
+	}
+	return scanParse(b)
+}
+
+// scanParse is ParseObject by scanObject and gjson: the reasons a body is
+// refused.
+func scanParse(b []byte) (Object, error) {
 	o, err := scanObject(b)
 	if err != nil {
 		if err == ErrNotObject && !gjson.ValidBytes(b) {
@@ -109,6 +123,15 @@ func ParseObject(b []byte) (Object, error) {
 		return Object{}, ErrNotJSON
 	}
 	return o, nil
+}
+
+// indexedObject is the Object of b from a Complete index of it.
+func indexedObject(b []byte, x *tokenest.Index) Object {
+	o := Object{src: b, close: x.Close, members: make([]member, len(x.Members))}
+	for i, m := range x.Members {
+		o.members[i] = member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: decodeKey(b[m.Start:m.KeyEnd])}
+	}
+	return o
 }
 
 // scanObject finds member boundaries without decoding values. It is

@@ -3,10 +3,13 @@ package connector
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 func TestParseObjectErrors(t *testing.T) {
@@ -308,6 +311,36 @@ func FuzzObject(f *testing.F) {
 		oe, _ := ParseObject(edited)
 		if ob.Len() != oe.Len() {
 			t.Fatalf("Build has %d members, Rewrite %d:\n%s\n%s", ob.Len(), oe.Len(), built, edited)
+		}
+	})
+}
+
+// FuzzParseObjectReaders checks that ParseObject's one pass (tokenest's
+// reader) accepts exactly the bodies scanObject and gjson accept, with the
+// same members.
+func FuzzParseObjectReaders(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"kv_transfer_params":{"a":1},"prompt":[1,2,3],"kv_transfer_params":2}`,
+		`{"a":"\"}\\","b":[{"c":"]"}]}`, `{}`, ` {"x" : 1 } `, `[1]`, `{"a":`, `{"a":01}`, `{"a":1.}`,
+		`{"a":"\u00e9\ud83d"}`, `{"a":tru}`, `{"a":[1,]}`, `{"a":1}x`, "{\"a\":\"\x01\"}", `{"a\"b":-0.5e+3}`,
+		`{"a":` + strings.Repeat("[", 511) + strings.Repeat("]", 511) + `}`,
+		`{"a":` + strings.Repeat("[", 512) + strings.Repeat("]", 512) + `}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var x tokenest.Index
+		read := x.Read(b)
+		o, err := scanParse(b)
+		if read != (err == nil) {
+			t.Fatalf("%q: tokenest's reader says %v, scanObject and gjson %v", b, read, err)
+		}
+		if !read {
+			return
+		}
+		if fast := indexedObject(b, &x); fast.close != o.close || !slices.Equal(fast.members, o.members) {
+			t.Fatalf("%q: members %+v (close %d), want %+v (close %d)", b, fast.members, fast.close, o.members, o.close)
 		}
 	})
 }

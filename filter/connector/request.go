@@ -80,11 +80,7 @@ func NewIndexedRequest(api config.API, body []byte, x *tokenest.Index) (Request,
 	if !x.Complete() {
 		return NewValidatedRequest(api, body)
 	}
-	o := Object{src: body, close: x.Close, members: make([]member, len(x.Members))}
-	for i, m := range x.Members {
-		o.members[i] = member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: decodeKey(body[m.Start:m.KeyEnd])}
-	}
-	o, removed := o.Without(controlFields...)
+	o, removed := indexedObject(body, x).Without(controlFields...)
 	return Request{API: api, Body: o, Removed: removed}, nil
 }
 

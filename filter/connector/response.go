@@ -77,7 +77,7 @@ func ParsePrefillAnswer(body []byte) (PrefillAnswer, error) {
 	case kv[0] != '{':
 		a.KV = KVNotObject
 	default:
-		params, _ := scanObject(kv) // validated with the answer
+		params, _ := ParseObject(kv) // validated with the answer
 		if params.Len() == 0 {
 			a.KV = KVEmpty
 			break

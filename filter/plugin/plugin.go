@@ -72,6 +72,9 @@ type rootContext struct {
 	// as the estimate found them (one callback at a time uses it; its
 	// slice keeps its room between requests)
 	index tokenest.Index
+	// prefillBody is the buffer nixl/orchestrated prefill bodies are built
+	// in (startNIXL), kept between requests where the host copies them.
+	prefillBody []byte
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.

@@ -86,8 +86,21 @@ func (s *stream) callAuthority(e *config.Endpoint) string {
 // startNIXL dispatches the nixl/orchestrated prefill: the client body asking
 // for remote decode and one token, to the same path.
 func (s *stream) startNIXL(req connector.Request) types.Action {
-	return s.startPrefill(s.path, connector.NIXLPrefill(req), s.onNIXLAnswer)
+	body := connector.NIXLPrefillTo(s.r.prefillBody[:0], req)
+	act := s.startPrefill(s.path, body, s.onNIXLAnswer)
+	if abi.CallBodyCopied && cap(body) <= maxKeptPrefillBody {
+		// the host has its copy: the next prefill body is built here
+		s.r.prefillBody = body[:0]
+	}
+	return act
 }
+
+// maxKeptPrefillBody bounds the prefill body buffer a root keeps between
+// requests: building a long prompt's prefill body in a kept buffer spares
+// a body-sized allocation, its clearing and the collections it brings on
+// (wasm memory never shrinks, so the buffer costs nothing more once the
+// VM has grown to hold one); longer bodies are not kept.
+const maxKeptPrefillBody = 1 << 20
 
 // startPrefill dispatches a prefill body and keeps the request paused until
 // onAnswer runs. A call Envoy refuses at once counts as a reset.

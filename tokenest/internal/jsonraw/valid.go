@@ -62,6 +62,9 @@ func Skip(b []byte, i, depth int) int {
 		case 'n':
 			i = literal(b, i, "null")
 		default:
+			if d := uint(depth - 1); depth > base && stack[d/64]>>(d%64)&1 == 0 {
+				i = skipIntegers(b, i)
+			}
 			i = SkipNumber(b, i)
 		}
 		if i < 0 {
@@ -371,6 +374,63 @@ func below(x uint64, c byte) uint64 {
 // bitsOf gathers the high bits of the bytes of m (only high bits set) into
 // bits 0–7.
 func bitsOf(m uint64) uint64 { return (m >> 7) * 0x0102040810204080 >> 56 }
+
+// skipIntegers passes, in an array, the elements at b[i] that are
+// integers without sign or leading zero followed by a comma and another
+// such integer (prefill answers' KV block id lists, thousands of numbers),
+// without the element-by-element walk, and returns the offset of the
+// element it stopped at, which Skip reads as any other.
+func skipIntegers(b []byte, i int) int {
+	for i < len(b) && b[i]-'1' < 9 {
+		if k := integerWords(b, i); k > i {
+			i = k
+			continue
+		}
+		j := i + 1
+		for j < len(b) && b[j]-'0' < 10 {
+			j++
+		}
+		if j+1 >= len(b) || b[j] != ',' || b[j+1]-'1' >= 9 {
+			break
+		}
+		i = j + 1
+	}
+	return i
+}
+
+// integerWords is skipIntegers eight bytes at a time: from b[i], a digit
+// other than 0 that starts an element, it passes the words whose bytes are
+// all digits or commas with a digit other than 0 after each comma (after the
+// last byte, the byte that follows the word), to just after the last comma
+// of the last word passed: each element started in those words is then an
+// integer without a leading zero. It returns i when the first word does not
+// pass.
+func integerWords(b []byte, i int) int {
+	const low7 = ones * 0x7F
+	for i+9 <= len(b) {
+		x := Word(b, i)
+		// The high bit of each byte says whether it is a digit, a comma,
+		// a '0': byte by byte, as no sum below carries into the next byte.
+		t := x ^ (ones * '0')
+		digit := ^((t&low7 + ones*(0x80-10)) | t) & highs
+		zero := ^((t&low7 + low7) | t) & highs
+		c := x ^ (ones * ',')
+		comma := ^((c&low7 + low7) | c) & highs
+		if digit|comma != highs || comma == 0 {
+			break
+		}
+		// the bytes after the commas: digits other than 0
+		after := (digit &^ zero) >> 8
+		if b[i+8]-'1' < 9 {
+			after |= 1 << 63
+		}
+		if comma&^after != 0 {
+			break
+		}
+		i += (63-bits.LeadingZeros64(comma))/8 + 1
+	}
+	return i
+}
 
 // SkipNumber validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at b[i]
 // and returns the offset after it, or -1.
