@@ -3,7 +3,7 @@ export GOTOOLCHAIN := go1.24.11
 GO       ?= go
 BUILD    := build
 WASM     := $(BUILD)/pdroute.wasm
-FUZZTIME ?= 4s
+FUZZTIME ?= 2s
 # Native commands built into build/.
 CMDS := ./hostcalls/cmd/kvbridge ./hostcalls/cmd/kvbridge-load ./e2e/envoyemu/cmd/envoyemu \
         ./e2e/mocks/cmd/mockengine ./e2e/cmd/pdroute-dev ./filter/cmd/pdroute-config \
