@@ -69,7 +69,7 @@ sim-cache: ## cache-aware routing studies (2000 requests per load) → build/sim
 	$(GO) run ./e2e/sim/cmd/pdroute-sim -study cache -workloads tenants,agentic,rag,mix -requests 2000 -out $(BUILD)/sim-cache
 	$(GO) run ./e2e/sim/cmd/pdroute-sim -study uncached -workloads mix,agentic -requests 2000 -out $(BUILD)/sim-uncached
 
-fuzz: ## every Fuzz target for FUZZTIME (default 4s) each
+fuzz: ## every Fuzz target for FUZZTIME (default 2s) each
 	@./.ci/fuzz-all $(FUZZTIME)
 
 bench: build ## every benchmark area (~5 min; output in build/bench/); figures go to BENCHMARKS.md
