@@ -74,6 +74,13 @@ func testOpenAISDK(t *testing.T) {
 			// The decodes the SDK's requests made: the disaggregated ones got
 			// the prefill's KV (not the client's kv_transfer_params), the
 			// direct ones computed the prompt.
+			for _, r := range recorded(t, s.Engines(), "") {
+				// The script's client control fields name 10.9.9.9 and
+				// the engine "evil": no engine may see them.
+				if strings.Contains(r.Body, "10.9.9.9") || strings.Contains(r.Body, `"evil"`) {
+					t.Errorf("%s %s got the client's control fields: %.400s", r.Kind, r.Path, r.Body)
+				}
+			}
 			var kv = map[string]int{}
 			for _, r := range recorded(t, s.Decode, "") {
 				if r.Kind != "tokenize" && r.Kind != "prefill" {
