@@ -109,6 +109,9 @@ func newCRDKind(apiVersion, kind string, v1 *apiextensionsv1.JSONSchemaProps) (*
 	if err != nil {
 		return nil, fmt.Errorf("not a structural schema: %w", err)
 	}
+	if errs := structuralschema.ValidateStructural(nil, s); len(errs) > 0 {
+		return nil, fmt.Errorf("not a structural schema: %w", errs.ToAggregate())
+	}
 	validator, _, err := validation.NewSchemaValidator(&internal)
 	if err != nil {
 		return nil, err
