@@ -19,6 +19,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -149,7 +150,7 @@ func build(repos string, fam family, label, ref string) ([]byte, error) {
 			missing = append(missing, kv)
 			continue
 		}
-		b, err := yaml.Marshal(crd)
+		b, err := marshal(crd)
 		if err != nil {
 			return nil, err
 		}
@@ -160,6 +161,24 @@ func build(repos string, fam family, label, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("kinds not found: %s", strings.Join(missing, "; "))
 	}
 	return buf.Bytes(), nil
+}
+
+// marshal writes crd as YAML without the empty status and creationTimestamp that its Go
+// type always carries.
+func marshal(crd *apiextensionsv1.CustomResourceDefinition) ([]byte, error) {
+	j, err := json.Marshal(crd)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	delete(m["metadata"].(map[string]any), "creationTimestamp")
+	return yaml.Marshal(m)
 }
 
 // trim returns crd with only version v, no descriptions and no status, annotated with its

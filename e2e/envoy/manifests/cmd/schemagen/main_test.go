@@ -94,7 +94,7 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := string(text)
-	for _, gone := range []string{"old", "A widget.", "The spec.", "how fast", "an item", "a label", "the mode", "v1alpha1", "chart"} {
+	for _, gone := range []string{"old", "A widget.", "The spec.", "how fast", "an item", "a label", "the mode", "v1alpha1", "chart", "creationTimestamp", "status:", "storedVersions"} {
 		if strings.Contains(out, gone) {
 			t.Errorf("output still has %q:\n%s", gone, out)
 		}
