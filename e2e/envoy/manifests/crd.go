@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,10 +33,12 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -50,6 +53,7 @@ const SourceAnnotation = "pdroute.dev/crd-source"
 type CRDKind struct {
 	APIVersion, Kind string
 	Source           string // the CRD's SourceAnnotation
+	namespaced       bool
 	structural       *structuralschema.Structural
 	validator        validation.SchemaValidator
 	cel              *cel.Validator // nil when the schema has no x-kubernetes-validations
@@ -59,7 +63,7 @@ type CRDKind struct {
 func KindKey(apiVersion, kind string) string { return apiVersion + " " + kind }
 
 // LoadCRDs reads a multi-document YAML file of CustomResourceDefinitions and returns a
-// validator per served version, keyed by KindKey. A CRD that the API server would refuse
+// validator per version, keyed by KindKey. A CRD that the API server would refuse
 // as non-structural is an error here too.
 func LoadCRDs(r io.Reader) (map[string]*CRDKind, error) {
 	out := map[string]*CRDKind{}
@@ -91,6 +95,7 @@ func LoadCRDs(r io.Reader) (map[string]*CRDKind, error) {
 				return nil, fmt.Errorf("%s %s: %w", crd.Name, v.Name, err)
 			}
 			k.Source = crd.Annotations[SourceAnnotation]
+			k.namespaced = crd.Spec.Scope == apiextensionsv1.NamespaceScoped
 			key := KindKey(k.APIVersion, k.Kind)
 			if out[key] != nil {
 				return nil, fmt.Errorf("%s listed twice", key)
@@ -127,9 +132,19 @@ func newCRDKind(apiVersion, kind string, v1 *apiextensionsv1.JSONSchemaProps) (*
 func (k *CRDKind) Validate(obj map[string]any) []string {
 	obj = runtime.DeepCopyJSON(obj)
 	var problems []string
-	_, _, unknownMeta, err := objectmeta.GetObjectMetaWithOptions(obj, objectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: true})
+	meta, _, unknownMeta, err := objectmeta.GetObjectMetaWithOptions(obj, objectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: true})
 	if err != nil {
 		problems = append(problems, "metadata: "+err.Error())
+	}
+	if meta != nil {
+		// The generic metadata rules (name a DNS subdomain, label syntax); a namespaced
+		// object without a namespace gets kubectl's default one.
+		if k.namespaced && meta.Namespace == "" {
+			meta.Namespace = "default"
+		}
+		for _, e := range apivalidation.ValidateObjectMeta(meta, k.namespaced, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata")) {
+			problems = append(problems, e.Error())
+		}
 	}
 	for _, p := range unknownMeta {
 		problems = append(problems, p+": unknown field")
@@ -140,6 +155,9 @@ func (k *CRDKind) Validate(obj map[string]any) []string {
 	// Default and validate what is left, in the API server's order: CEL rules read
 	// defaulted fields (Gateway API's parentRefs rules read group, which has a default).
 	defaulting.Default(obj, k.structural)
+	for _, e := range objectmeta.Validate(nil, obj, k.structural, true) {
+		problems = append(problems, e.Error())
+	}
 	for _, e := range validation.ValidateCustomResource(nil, obj, k.validator) {
 		problems = append(problems, e.Error())
 	}
@@ -149,8 +167,9 @@ func (k *CRDKind) Validate(obj map[string]any) []string {
 			problems = append(problems, e.Error())
 		}
 	}
+	// The root's metadata is checked by two of the API server's passes; say each once.
 	sort.Strings(problems)
-	return problems
+	return slices.Compact(problems)
 }
 
 // DecodeObject turns one YAML document into the JSON object an API server would receive

@@ -68,7 +68,8 @@ func TestCRDValidate(t *testing.T) {
 		want []string
 	}{
 		{"YAML 1.1: n is false", "apiVersion: demo.example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: n}\nspec: {mode: FAST}\n",
-			[]string{"metadata: json: cannot unmarshal bool into Go struct field ObjectMeta.namespace of type string"}},
+			[]string{`metadata: Invalid value: map[string]interface {}{"name":"w", "namespace":false}: json: cannot unmarshal bool`,
+				"metadata: json: cannot unmarshal bool into Go struct field ObjectMeta.namespace of type string"}},
 		{"valid", head + "spec: {mode: FAST, port: 80, timeout: 5m, free: {any: [1, {x: y}]}}\n", nil},
 		{"defaulted field read by a CEL rule", head + "spec: {mode: SLOW}\n", nil},
 		{"misspelt field", head + "spec: {mdoe: FAST}\n",
@@ -76,6 +77,10 @@ func TestCRDValidate(t *testing.T) {
 		{"unknown top-level field", head + "spec: {mode: FAST}\nstatus: {}\n", []string{"status: unknown field"}},
 		{"unknown metadata field", "apiVersion: demo.example.com/v1\nkind: Widget\nmetadata: {name: w, lables: {a: b}}\nspec: {mode: FAST}\n",
 			[]string{"metadata.lables: unknown field"}},
+		{"bad name and label", "apiVersion: demo.example.com/v1\nkind: Widget\nmetadata: {name: My_Widget, labels: {app: \"a b\"}}\nspec: {mode: FAST}\n",
+			[]string{`metadata.labels: Invalid value: "a b"`, `metadata.name: Invalid value: "My_Widget"`}},
+		{"no apiVersion", "kind: Widget\nmetadata: {name: w}\nspec: {mode: FAST}\n",
+			[]string{"apiVersion: Required value"}},
 		{"wrong type", head + "spec: {mode: FAST, port: \"80\"}\n",
 			[]string{`spec.port: Invalid value: "string": spec.port in body must be of type integer: "string"`}},
 		{"bad enum", head + "spec: {mode: MEDIUM}\n",
