@@ -33,6 +33,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -204,13 +205,16 @@ func IsBuiltin(apiVersion, kind string) bool {
 }
 
 // ValidateBuiltin decodes doc strictly into its k8s.io/api type and returns the problems:
-// unknown fields, duplicate fields and values of the wrong type.
+// unknown fields, duplicate fields, values of the wrong type, and metadata that breaks the
+// generic rules (name a DNS subdomain, label and annotation syntax). Kind-specific rules
+// (enums, a Service name being a DNS label) live in k8s.io/kubernetes and are not checked.
 func ValidateBuiltin(doc []byte) []string {
-	_, _, err := strictBuiltin.Decode(doc, nil, nil)
-	if err == nil {
-		return nil
-	}
-	if strict, ok := runtime.AsStrictDecodingError(err); ok {
+	obj, _, err := strictBuiltin.Decode(doc, nil, nil)
+	if err != nil {
+		strict, ok := runtime.AsStrictDecodingError(err)
+		if !ok {
+			return []string{err.Error()}
+		}
 		var out []string
 		for _, e := range strict.Errors() {
 			out = append(out, e.Error())
@@ -218,7 +222,16 @@ func ValidateBuiltin(doc []byte) []string {
 		sort.Strings(out)
 		return out
 	}
-	return []string{err.Error()}
+	m, err := apimeta.Accessor(obj)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range apivalidation.ValidateObjectMetaAccessor(m, m.GetNamespace() != "", apivalidation.NameIsDNSSubdomain, field.NewPath("metadata")) {
+		out = append(out, e.Error())
+	}
+	sort.Strings(out)
+	return out
 }
 
 func stripComments(b []byte) []byte {

@@ -147,6 +147,7 @@ func TestValidateBuiltin(t *testing.T) {
 		{"misspelt field", head + "spec: {ports: [{prot: 80}]}\n", []string{`unknown field "spec.ports[0].prot"`}},
 		{"misspelt metadata field", "apiVersion: v1\nkind: Service\nmetadata: {nmae: s}\n", []string{`unknown field "metadata.nmae"`}},
 		{"wrong type", head + "spec: {ports: [{port: eighty}]}\n", []string{"cannot unmarshal string into Go struct field ServicePort.spec.ports.port of type int32"}},
+		{"bad name", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: My_Config}\n", []string{`metadata.name: Invalid value: "My_Config"`}},
 		{"duplicate field", head + "spec: {type: ClusterIP, type: NodePort}\n", []string{`key "type" already set in map`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
