@@ -86,8 +86,9 @@ e2e-envoy: build ## play the scenario suite against a real envoy (skips without 
 
 SOAK_DURATION ?= 10m
 SOAK_RATE     ?= 200
-soak: build ## bounded soak, not in make test: SOAK_DURATION (10m) at SOAK_RATE (200) req/s over nixl, lmcache, sglang; fails on unbounded growth
-	PDROUTE_SOAK_DURATION=$(SOAK_DURATION) PDROUTE_SOAK_RATE=$(SOAK_RATE) PDROUTE_E2E_WASM=$(CURDIR)/$(WASM) \
+SOAK_MODES    ?=
+soak: build ## bounded soak, not in make test: SOAK_DURATION (10m) at SOAK_RATE (200) req/s over nixl, lmcache, sglang (or SOAK_MODES=sglang,...); fails on unbounded growth
+	PDROUTE_SOAK_DURATION=$(SOAK_DURATION) PDROUTE_SOAK_RATE=$(SOAK_RATE) PDROUTE_SOAK_MODES=$(SOAK_MODES) PDROUTE_E2E_WASM=$(CURDIR)/$(WASM) \
 	  PDROUTE_SOAK_KVBRIDGE=$(CURDIR)/$(BUILD)/kvbridge \
 	  $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./e2e/scenarios/
 

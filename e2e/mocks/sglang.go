@@ -151,23 +151,41 @@ const (
 type room struct {
 	state   string
 	hash    uint64
+	claimed bool // a decoder took the KV; a repeated claim answers ready again
 	expires time.Time
 	changed chan struct{} // closed and replaced when state changes
 	waiters int
 }
 
 // roomTable is an SGLang prefiller's rooms. A decoder's claim of a ready room takes it
-// (the prefiller then frees the KV); failed rooms answer failed until they expire.
+// (the prefiller then frees the KV: it no longer counts as held); failed rooms answer
+// failed until they expire.
+//
+// A claim is idempotent: the taken room stays, claimed, for claimedTTL and a repeated
+// claim answers ready again. The claim is a long poll, and a decoder whose answer was
+// lost (its client timeout fired while the server took the room: a stalled machine)
+// asks again; were the room gone, it would wait for a room that can never come until
+// BootstrapTimeout (300 s), while the router already saw the prefill succeed.
 type roomTable struct {
-	mu       sync.Mutex
-	m        map[uint64]*room
-	ttl      time.Duration
-	counters *counters
+	mu        sync.Mutex
+	m         map[uint64]*room
+	ttl       time.Duration
+	counters  *counters
+	lastPurge time.Time
 }
+
+// claimedTTL is how long a claimed room answers a repeated claim: far longer than
+// any stall between a lost claim answer and the decoder's next poll.
+const claimedTTL = time.Minute
+
+// purgeEvery spaces the scans for expired rooms (each is O(rooms)).
+const purgeEvery = time.Second
 
 // getLocked returns the room, creating it pending.
 func (t *roomTable) getLocked(id uint64) *room {
-	t.purgeLocked(time.Now())
+	if now := time.Now(); now.Sub(t.lastPurge) >= purgeEvery {
+		t.purgeLocked(now)
+	}
 	if t.m == nil {
 		t.m = map[uint64]*room{}
 	}
@@ -236,13 +254,19 @@ func (t *roomTable) claim(ctx context.Context, id uint64, wait time.Duration) (s
 			return roomPending, 0
 		}
 	}
-	if r.state == roomReady && t.m[id] == r {
-		delete(t.m, id)
+	if ctx.Err() != nil {
+		// The claimer is gone: leave the room as it is for its next claim.
+		return roomPending, 0
+	}
+	if r.state == roomReady && !r.claimed {
+		r.claimed = true
+		r.expires = time.Now().Add(min(t.ttl, claimedTTL))
 	}
 	return r.state, r.hash
 }
 
 func (t *roomTable) purgeLocked(now time.Time) {
+	t.lastPurge = now
 	for id, r := range t.m {
 		if r.waiters == 0 && now.After(r.expires) {
 			delete(t.m, id)
@@ -257,7 +281,7 @@ func (t *roomTable) held() int {
 	t.purgeLocked(time.Now())
 	n := 0
 	for _, r := range t.m {
-		if r.state == roomReady {
+		if r.state == roomReady && !r.claimed {
 			n++
 		}
 	}

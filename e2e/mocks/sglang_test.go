@@ -213,3 +213,31 @@ func TestSGLangPlainEngine(t *testing.T) {
 		t.Errorf("%d %v %s", r.status, r.header, r.body)
 	}
 }
+
+// A decoder's claim is a long poll: when its answer is lost after the bootstrap server
+// took the room (the decoder's client timeout fired on a stalled machine), the
+// decoder asks again and must get the room, not wait out BootstrapTimeout for a room
+// that can never come while the router has seen the prefill succeed (the soak's
+// sglang requests with no answer in 60 s).
+func TestSGLangClaimAnswerLost(t *testing.T) {
+	sp := newSGLangPair(t, 2*time.Second)
+	gen := map[string]any{"text": "lost claim answer", "rid": "rid-lost", "sampling_params": map[string]any{"max_new_tokens": 2, "ignore_eos": true}}
+	body := withBootstrap(gen, nil, 4242)
+	if r := post(t, sp.p.URL()+"/generate", body); r.status != 200 {
+		t.Fatalf("prefill: %d %s", r.status, r.body)
+	}
+	// The claim whose answer never reached the decoder.
+	claim := fmt.Sprintf("http://127.0.0.1:%d/bootstrap/rooms/4242/claim?wait_ms=100", sp.bootPort)
+	if r := post(t, claim, struct{}{}); r.status != 200 || !strings.Contains(string(r.body), `"state":"ready"`) {
+		t.Fatalf("first claim: %d %s", r.status, r.body)
+	}
+	began := time.Now()
+	r := post(t, sp.d.URL()+"/generate", body)
+	if r.status != 200 || r.header.Get("X-Mock-Kv") != KVTransferred {
+		t.Errorf("decode after a lost claim answer: %d after %v: %s", r.status, time.Since(began), r.body)
+	}
+	// The claimed room is no longer held (its KV went to the decoder).
+	if st := stats(t, sp.p); st.RoomsHeld != 0 {
+		t.Errorf("prefiller stats %+v", st)
+	}
+}

@@ -30,7 +30,8 @@ import (
 // the answers by kind; it fails when something grew that must not: a VM's memory more than
 // doubling, a shared-data key that is not per endpoint (shared data has no delete, so a key
 // per request would stay forever), an in-flight count or kvbridge waiter left when idle, an
-// answer that is not 200.
+// answer that is not 200. PDROUTE_SOAK_MODES (comma-separated, e.g. "sglang") soaks
+// only those stacks.
 func TestSoak(t *testing.T) {
 	dur, err := time.ParseDuration(os.Getenv("PDROUTE_SOAK_DURATION"))
 	if err != nil || dur <= 0 {
@@ -49,6 +50,9 @@ func TestSoak(t *testing.T) {
 	}
 	var stacks []soakStack
 	for _, mode := range []config.Mode{config.ModeNIXL, config.ModeLMCache, config.ModeSGLang} {
+		if m := os.Getenv("PDROUTE_SOAK_MODES"); m != "" && !slices.Contains(strings.Split(m, ","), string(mode)) {
+			continue // a soak of some stacks only (e.g. PDROUTE_SOAK_MODES=sglang)
+		}
 		var plugin map[string]any
 		if mode == config.ModeSGLang {
 			// An SGLang decoder in disaggregation mode refuses a request without a
@@ -57,11 +61,21 @@ func TestSoak(t *testing.T) {
 		}
 		stacks = append(stacks, soakStack{mode, start(t, modeTopology(mode, plugin))})
 	}
+	if len(stacks) == 0 {
+		t.Fatalf("PDROUTE_SOAK_MODES=%q names none of nixl, lmcache, sglang", os.Getenv("PDROUTE_SOAK_MODES"))
+	}
+	// The lmcache stack's kvbridge, when it is soaked.
+	var bridgeStack *stack.Stack
+	for _, st := range stacks {
+		if st.s.KVBridge != nil {
+			bridgeStack = st.s
+		}
+	}
 	// kvbridge as its own process (PDROUTE_SOAK_KVBRIDGE, the binary `make soak` builds),
 	// so its RSS is its own; on the in-process one's addresses.
 	var bridge *exec.Cmd
-	if bin := os.Getenv("PDROUTE_SOAK_KVBRIDGE"); bin != "" {
-		kb := stacks[1].s.KVBridge
+	if bin := os.Getenv("PDROUTE_SOAK_KVBRIDGE"); bin != "" && bridgeStack != nil {
+		kb := bridgeStack.KVBridge
 		zmq, addr := kb.ZMQEndpoint(), kb.HTTPAddr()
 		if err := kb.Close(); err != nil {
 			t.Fatal(err)
@@ -76,7 +90,7 @@ func TestSoak(t *testing.T) {
 			_, err := bridgeMetric(addr, "kvbridge_entries")
 			return err == nil, fmt.Sprint(err)
 		})
-		warm(t, stacks[1].s)
+		warm(t, bridgeStack)
 	}
 	bridgeRSS := func() string {
 		if bridge == nil {
@@ -86,10 +100,10 @@ func TestSoak(t *testing.T) {
 	}
 	bridgeIDs := func() (entries, waiters int) {
 		if bridge == nil {
-			st := stacks[1].s.KVBridge.Stats()
+			st := bridgeStack.KVBridge.Stats()
 			return st.Entries, st.Waiters
 		}
-		addr := stacks[1].s.KVBridge.HTTPAddr()
+		addr := bridgeStack.KVBridge.HTTPAddr()
 		e, _ := bridgeMetric(addr, "kvbridge_entries")
 		w, _ := bridgeMetric(addr, "kvbridge_waiters")
 		return int(e), int(w)
