@@ -43,19 +43,7 @@ func testOpenPoints(t *testing.T) {
 		// the HCM's stream_idle_timeout (1 s here, 5 min by default) is what
 		// should end the request first.
 		const idle = time.Second
-		topo := modeTopology(config.ModeNIXL, map[string]any{"prefill_timeout_ms": 60000})
-		topo.StreamIdleTimeout = idle
-		s := start(t, topo)
-		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultHang})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		begin := time.Now()
-		r, err := send(ctx, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
-		took := time.Since(begin)
-		outcome := "the connection was closed"
-		if err == nil {
-			outcome = fmt.Sprintf("status %d %q", r.Status, r.Body)
-		}
+		s, _, _, took, outcome := heldByHungPrefill(t, func(topo *stack.Topology) { topo.StreamIdleTimeout = idle })
 		if took < idle || took > 10*time.Second {
 			openPoint(t, "what_ends_a_paused_request", "not the stream idle timeout: ended after %s (%s)", took.Round(10*time.Millisecond), outcome)
 			t.FailNow()
@@ -73,19 +61,7 @@ func testOpenPoints(t *testing.T) {
 		// the router has the end of the request, so it ends a request the
 		// filter holds (the shipped configs' bound for a VM that died).
 		const reqTimeout = time.Second
-		topo := modeTopology(config.ModeNIXL, map[string]any{"prefill_timeout_ms": 60000})
-		topo.RequestTimeout = reqTimeout
-		s := start(t, topo)
-		faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultHang})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		begin := time.Now()
-		r, err := send(ctx, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
-		took := time.Since(begin)
-		outcome := "the connection was closed"
-		if err == nil {
-			outcome = fmt.Sprintf("status %d %q", r.Status, r.Body)
-		}
+		s, r, err, took, outcome := heldByHungPrefill(t, func(topo *stack.Topology) { topo.RequestTimeout = reqTimeout })
 		if err != nil || r.Status != 408 || took < reqTimeout || took > 10*time.Second {
 			openPoint(t, "request_timeout_ends_a_held_request", "not the request timeout: ended after %s (%s)", took.Round(10*time.Millisecond), outcome)
 			t.FailNow()
@@ -124,4 +100,26 @@ func proxyLabel() string {
 		return "real Envoy"
 	}
 	return "emulator"
+}
+
+// heldByHungPrefill starts a nixl stack (edited by set) whose prefiller never
+// answers while the filter would wait a minute for it, sends one long
+// request, and returns how and when it ended: what an HCM timeout, not the
+// filter, has to end.
+func heldByHungPrefill(t *testing.T, set func(*stack.Topology)) (s *stack.Stack, r *response, err error, took time.Duration, outcome string) {
+	t.Helper()
+	topo := modeTopology(config.ModeNIXL, map[string]any{"prefill_timeout_ms": 60000})
+	set(&topo)
+	s = start(t, topo)
+	faults(t, s.Prefill, mocks.Fault{Type: mocks.FaultHang})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	begin := time.Now()
+	r, err = send(ctx, http.MethodPost, s.URL+"/v1/completions", completion(longPrompt, nil), nil)
+	took = time.Since(begin)
+	outcome = "the connection was closed"
+	if err == nil {
+		outcome = fmt.Sprintf("status %d %q", r.Status, r.Body)
+	}
+	return s, r, err, took, outcome
 }
