@@ -44,6 +44,10 @@ type DriverOptions struct {
 	// (wazero's experimental function listeners): for profiling the guest
 	// in benchmarks only, it slows every call.
 	Listener experimental.FunctionListenerFactory
+	// ForgetAnswered drops a call from HTTPCallouts once it is answered, as
+	// Envoy frees a call's buffers when it completes: for long benchmarks,
+	// whose history would otherwise hold every prefill body.
+	ForgetAnswered bool
 }
 
 // Driver runs one plugin VM without HTTP, in the style of the SDK's proxytest
@@ -66,6 +70,7 @@ type Driver struct {
 	streams  map[uint32]*driverStream
 	callouts map[uint32]*callout // unanswered calls by token
 	history  []HTTPCallout       // every dispatched call, in order
+	forget   bool                // DriverOptions.ForgetAnswered
 }
 
 // NewDriver loads code, runs _initialize (and main if exported) and creates
@@ -88,7 +93,7 @@ func NewDriver(code []byte, opts DriverOptions) (*Driver, error) {
 		}
 	}
 	d := &Driver{
-		mod: mod, limit: opts.BufferLimit, allowSI: opts.AllowOnHeadersStopIteration,
+		mod: mod, limit: opts.BufferLimit, allowSI: opts.AllowOnHeadersStopIteration, forget: opts.ForgetAnswered,
 		streams: map[uint32]*driverStream{}, callouts: map[uint32]*callout{},
 		spec: &PluginSpec{Name: opts.Name, RootID: opts.RootID, VMID: opts.VMID,
 			PluginConfig: opts.PluginConfig, VMConfig: opts.VMConfig, Env: opts.Env},
@@ -293,8 +298,17 @@ func (d *Driver) CallOnRequestHeaders(id uint32, headers [][2]string, eos bool) 
 func (d *Driver) CallOnRequestBody(id uint32, body []byte, eos bool) types.Action {
 	defer d.drain()
 	s := d.stream(id)
-	chunk := &bodyBuf{b: append([]byte(nil), body...)}
 	buffering := s.ctx.bufferingReq
+	chunk := &bodyBuf{}
+	if buf := s.reqBuf; buffering && buf != nil && cap(buf.b)-len(buf.b) >= len(body) {
+		// The chunk joins the buffered body at once (decodeData): read
+		// it straight into the buffer's room, as Envoy reads a socket
+		// into the slices it then moves, instead of copying it twice.
+		chunk.b = buf.b[len(buf.b) : len(buf.b)+len(body) : len(buf.b)+len(body)]
+		copy(chunk.b, body)
+	} else {
+		chunk.b = append([]byte(nil), body...)
+	}
 	st := s.ctx.decodeData(chunk, eos)
 	s.reqBody = chunk
 	if buffering || st == dataStopIterationAndBuffer {
@@ -452,6 +466,14 @@ func (d *Driver) deliver(token uint32, res *calloutResult) {
 		panic(fmt.Sprintf("envoyemu: no pending http call with token %d", token))
 	}
 	delete(d.callouts, token)
+	if d.forget {
+		for i := range d.history {
+			if d.history[i].Token == token {
+				d.history = append(d.history[:i], d.history[i+1:]...)
+				break
+			}
+		}
+	}
 	d.vm.deliverCallout(co, res)
 }
 
@@ -559,7 +581,11 @@ func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 			}
 		}
 	}
-	buf.b = append(buf.b, data.b...)
+	if n := len(buf.b); len(data.b) > 0 && cap(buf.b)-n >= len(data.b) && &buf.b[:n+1][n] == &data.b[0] {
+		buf.b = buf.b[:n+len(data.b)] // read into the room already (CallOnRequestBody)
+	} else {
+		buf.b = append(buf.b, data.b...)
+	}
 	data.b = nil
 	if len(buf.b) > s.d.limit {
 		s.sendLocalReply(413, []byte("Payload Too Large"), nil, -1, "request_payload_too_large")

@@ -1,6 +1,7 @@
 package envoyemu
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,5 +117,56 @@ func TestDriverInjectTrap(t *testing.T) {
 	d.Tick() // the kitchen plugin logs on every tick
 	if !strings.Contains(d.Failed(), "proxy_on_tick failed: injected trap") {
 		t.Fatalf("failed = %q", d.Failed())
+	}
+}
+
+// TestDriverBufferedChunksInRoom: with the length announced, the chunks after
+// the first are read into the buffer's room; the plugin still sees the whole
+// body, its edits of head and tail land, and a chunk that no longer fits
+// (more than announced) is appended.
+func TestDriverBufferedChunksInRoom(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{})
+	for _, tc := range []struct {
+		announced int
+		chunks    []string
+	}{
+		{9, []string{"abc", "def", "ghi"}},
+		{6, []string{"abc", "def", "ghi"}}, // the last does not fit the room
+		{0, []string{"abc", "def", "ghi"}}, // no content-length: no room
+	} {
+		id := d.InitializeHttpContext()
+		h := [][2]string{{":path", "/body-rewrite"}, {":method", "POST"}}
+		if tc.announced > 0 {
+			h = append(h, [2]string{"content-length", strconv.Itoa(tc.announced)})
+		}
+		d.CallOnRequestHeaders(id, h, false)
+		var sent []byte
+		for i, c := range tc.chunks {
+			chunk := []byte(c)
+			d.CallOnRequestBody(id, chunk, i == len(tc.chunks)-1)
+			copy(chunk, "XXX") // the caller's slice is not kept
+			sent = append(sent, c...)
+		}
+		if got, want := string(d.RequestBody(id)), "head-"+string(sent)+"-tail"; got != want {
+			t.Errorf("announced %d: body %q, want %q", tc.announced, got, want)
+		}
+	}
+}
+
+// TestDriverForgetAnswered: an answered call leaves the history, a pending
+// one stays.
+func TestDriverForgetAnswered(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{ForgetAnswered: true})
+	ids := []uint32{d.InitializeHttpContext(), d.InitializeHttpContext()}
+	for _, id := range ids {
+		d.CallOnRequestHeaders(id, [][2]string{{":path", "/resume?cluster=c&path=/"}, {":method", "GET"}}, false)
+	}
+	pending := d.PendingHTTPCallouts()
+	if len(pending) != 2 || len(d.HTTPCallouts()) != 2 {
+		t.Fatalf("pending %v, history %d", pending, len(d.HTTPCallouts()))
+	}
+	d.CallOnHttpCallResponse(pending[0], [][2]string{{":status", "200"}}, nil, nil)
+	if h := d.HTTPCallouts(); len(h) != 1 || h[0].Token != pending[1] {
+		t.Errorf("history after one answer %+v, want only %d", h, pending[1])
 	}
 }

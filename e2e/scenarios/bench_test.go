@@ -84,40 +84,26 @@ func BenchmarkFilterCPU(b *testing.B) {
 				plugin := []byte(fmt.Sprintf(`{"mode":"nixl","threshold_tokens":%d,`+
 					`"prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
 					`"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, threshold))
-				// The Driver keeps every dispatched call: start a fresh VM
-				// every 64 MiB of prefill bodies (outside the timer).
-				recycle := max(16, (64<<20)/len(body))
-				var d *envoyemu.Driver
-				defer func() {
-					if d != nil {
-						d.Close()
-					}
-				}()
+				// One warm VM serves every request, as an Envoy worker's
+				// does: answered calls leave the Driver (startBenchDriver),
+				// and one request before the timer grows its memory.
+				d, err := startBenchDriver(code, plugin, stack.EmulatedEnvoy)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer d.Close()
+				driveRequest(b, d, body, route == "disagg", answer)
 				var calls int64
-				var cpu time.Duration // this process's CPU time in the timed part
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := processCPU()
-				for i := range b.N {
-					if i%recycle == 0 {
-						b.StopTimer()
-						cpu += processCPU() - cpu0
-						if d != nil {
-							d.Close()
-						}
-						var err error
-						if d, err = startDriver(code, plugin, stack.EmulatedEnvoy); err != nil {
-							b.Fatal(err)
-						}
-						cpu0 = processCPU()
-						b.StartTimer()
-					}
+				cpu0 := processCPU() // this process's CPU time in the timed part
+				for range b.N {
 					before := d.Stats().Calls
 					driveRequest(b, d, body, route == "disagg", answer)
 					calls += d.Stats().Calls - before
 				}
-				cpu += processCPU() - cpu0
+				cpu := processCPU() - cpu0
 				b.ReportMetric(float64(calls)/float64(b.N), "vmcalls/op")
 				// CPU time moves less than wall time on a shared machine
 				// (BENCHMARKS.md: noise)

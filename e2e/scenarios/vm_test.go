@@ -56,9 +56,21 @@ func newDriver(t testing.TB, code, plugin []byte, v envoyemu.EnvoyVersion) *envo
 }
 
 func startDriver(code, plugin []byte, v envoyemu.EnvoyVersion) (*envoyemu.Driver, error) {
+	return startDriverWith(code, plugin, v, false)
+}
+
+// startBenchDriver is startDriver for a benchmark that runs one VM for
+// every request: answered calls leave the Driver's history, as Envoy frees a
+// call's buffers, so the VM need not be replaced to bound the memory.
+func startBenchDriver(code, plugin []byte, v envoyemu.EnvoyVersion) (*envoyemu.Driver, error) {
+	return startDriverWith(code, plugin, v, true)
+}
+
+func startDriverWith(code, plugin []byte, v envoyemu.EnvoyVersion, forget bool) (*envoyemu.Driver, error) {
 	d, err := envoyemu.NewDriver(code, envoyemu.DriverOptions{
 		Name: stack.PluginName, VMID: stack.PluginName, PluginConfig: plugin,
 		EnvoyVersion: v, AllowOnHeadersStopIteration: true, BufferLimit: stack.BufferLimitBytes,
+		ForgetAnswered: forget,
 	})
 	if err != nil {
 		return nil, err
