@@ -8,7 +8,7 @@ import (
 )
 
 // sampleText returns the checked-in sample texts of a class, joined.
-func sampleText(b *testing.B, class string) []byte {
+func sampleText(b testing.TB, class string) []byte {
 	data, err := os.ReadFile("../../testdata/samples/" + class + ".jsonl")
 	if err != nil {
 		b.Fatal(err)
