@@ -595,7 +595,7 @@ func (c *classes) twoBytes(b *[windowLen]byte, lead2, cyr, greek, arab, hebrew u
 // A white-space escape stays two bytes, both of its class: a run of white
 // space is the same run whatever its length, so only counts of characters
 // and the look back from the end of a trail must know (c.doubled marks the
-// first bytes, see whiteSpace). A punctuation escape, whose runs are
+// first bytes, see the white space in blocks). A punctuation escape, whose runs are
 // counted by length, loses all its bytes but the last from the bitmaps,
 // so that bit k of them describes character k; c.escaped marks the
 // characters that were such escapes, each one raw byte longer, and c.wide
@@ -836,7 +836,260 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 			return i, i + cl.raw(n)
 		}
 		cut := 63 - bits.LeadingZeros64(cuts)
-		c.block(&cl, b, cut, carry)
+		// Count the pieces of characters [0, cut): they are classified,
+		// and the replay is idle at 0, or inside a run of the
+		// per-character script carry, and at cut, or inside a run of a
+		// per-character script. The counting is in line, by kind of
+		// piece in scopes of their own: Latin words of ASCII letters
+		// and the function words among them, punctuation runs, white
+		// space and digit runs. In wasm a call costs more than most of
+		// what a part does (the arguments and results go through
+		// memory, and every value live across it is stored and loaded
+		// again: a call for each part cost 15 % of the block reader's
+		// time), so only letters beyond ASCII, which blocks of English
+		// or code have none of, take calls: accented Latin words
+		// (accentedWords) and the other scripts (nonLatinWords).
+		{
+			f := &c.feat
+			in := uint64(1)<<cut - 1 // the characters whose pieces are counted
+			// `[^\r\n\p{L}\p{N}]?\p{L}+`: a punctuation character that is a run
+			// of its own, not after a space, starts the word after it. joins
+			// marks the last bytes of such characters.
+			var joins uint64
+			{
+				punct, lead := cl.punct, cl.uni&^cl.cont
+				starts := punct &^ (punct << 1) &^ (cl.space << 1)
+				ends := punct &^ (punct >> 1)
+				letters := cl.letter | cl.multi
+				joins = ends & (starts | (starts&lead&^cl.lead2)<<2 | (starts&cl.lead2)<<1) & (letters >> 1) & in
+			}
+			letter := cl.letter // the letters of the words below
+			if cl.multi != 0 {
+				if cl.latin2 != 0 {
+					// words of accented letters, which the words below are
+					// not to see
+					letter &^= c.accentedWords(&cl, in, joins)
+				}
+				if cl.multi&^cl.latin2 != 0 {
+					c.nonLatinWords(&cl, in, joins, carry)
+				}
+			}
+
+			// Latin words of ASCII letters; joins marks the punctuation
+			// characters that start a word.
+			{
+				upper := cl.upper
+				// Prefixes and camel-case humps (only mixed-case words have any)
+				// for the whole block.
+				starts := letter &^ (letter << 1) & in
+				ends := letter &^ (letter >> 1) & in
+				f[FPrefixSpaceLatin] += pop(starts & (cl.space << 1))
+				f[FPrefixWSLatin] += pop(starts & (cl.blank << 1))
+				f[FPrefixPunctLatin] += pop(starts & (joins &^ cl.uni << 1))
+				f[FPrefixUniLatin] += pop(starts & (joins & cl.uni << 1))
+				lower := letter &^ upper
+				f[FLatinHumps] += pop(upper & (lower << 1) & in)
+
+				// Lower-case words, most of prose, by length for the whole block:
+				// run marks the lower-case letters that a word starts with, so a
+				// word end in it ends a lower-case word; ek marks those of at
+				// least k letters (the k-1 characters before the end are in run
+				// too, so in its word).
+				run := ((lower + starts&lower) ^ lower) & lower
+				e1 := ends & run
+				e2 := e1 & (run << 1)
+				e3 := e2 & (run << 2)
+				e4 := e3 & (run << 3)
+				e5 := e4 & (run << 4)
+				f[FLatinLower] += pop(e1 &^ e2)
+				f[FLatinLower+1] += pop(e2 &^ e3)
+				f[FLatinLower+2] += pop(e3 &^ e4)
+				f[FLatinLower+3] += pop(e4 &^ e5)
+
+				// Function words: the lower-case words of two to four letters,
+				// which end at the bits of short, looked up in the function-word
+				// table, packed from the raw bytes b. Their first letters are the
+				// word starts one or two characters before their ends, or three
+				// before the ends of four-letter words (a start three before a
+				// shorter word's end is a one-letter word's); in the raw bytes
+				// they are one byte further for each escaped character of cl
+				// before them, and four more for each that was a \u escape
+				// (wide).
+				short := e2 &^ e5
+				first := starts & (short>>1 | short>>2 | short&e4>>3)
+				switch escaped, wide := cl.escaped, cl.wide; {
+				case escaped == 0:
+				case wide == 0:
+					for x := escaped; x != 0; {
+						j := 63 - bits.LeadingZeros64(x)
+						x &^= 1 << j
+						keep := uint64(2)<<j - 1
+						first = first&keep | first&^keep<<1
+					}
+				default:
+					for x := escaped; x != 0; { // \u escapes: four bytes more
+						j := 63 - bits.LeadingZeros64(x)
+						x &^= 1 << j
+						keep := uint64(2)<<j - 1
+						first = first&keep | first&^keep<<(1+4*(wide>>j&1))
+					}
+				}
+				var counts uint32 // see langCount: at most 21 words of each kind in a block
+				for ; short != 0; short &= short - 1 {
+					end := bits.TrailingZeros64(short) & 63
+					n := 2 + int(e3>>end&1) + int(e4>>end&1)
+					counts += langCount(packLetters(jsonraw.Word(b, bits.TrailingZeros64(first)&63)) & keyMask[n&7])
+					first &= first - 1
+				}
+				c.english += counts & 0xFFFF
+				c.other += counts >> 16
+
+				e6 := e5 & (run << 5)
+				e7 := e6 & (run << 6)
+				e8 := e7 & (run << 7)
+				e9 := e8 & (run << 8)
+				e := e9 & (run << 9) // ten letters or more: counted one at a time below
+				f[FLatinLower+4] += pop(e5 &^ e6)
+				f[FLatinLower+5] += pop(e6 &^ e7)
+				f[FLatinLower+6] += pop(e7 &^ e8)
+				f[FLatinLower+7] += pop(e8 &^ e9)
+				f[FLatinLower+8] += pop(e9 &^ e)
+				// Longer words, and words with capitals (Title, UPPER, mixed), one
+				// at a time.
+				for rest := e | ends&^e1; rest != 0; rest &= rest - 1 {
+					end := bits.TrailingZeros64(rest) & 63
+					s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
+					n := uint32(end - s + 1)
+					shape := FLatinLower
+					if e>>end&1 == 0 {
+						up := pop(upper & (2<<end - 1<<s))
+						shape = FLatinMixed
+						if up == n {
+							shape = FLatinUpper
+						}
+						if up == 1 && upper>>s&1 != 0 {
+							shape = FLatinTitle
+						}
+					}
+					if n > latinLens {
+						f[FLatinLongChars] += n - latinLens
+						n = latinLens
+					}
+					f[shape+int(n)-1]++
+				}
+			}
+
+			// Punctuation runs (` ?[^\s\p{L}\p{N}]+[\r\n]*`) by length in
+			// characters; joins marks the one-character runs that start a word
+			// instead. Runs of ASCII characters are counted as lower-case words
+			// are: pk marks the ends of runs of at least k. Runs of one multi-byte
+			// character are counted for the block too, longer runs with one one
+			// at a time.
+			{
+				p, uni := cl.punct&in, cl.uni&in
+				starts := p &^ (p << 1)
+				ends := p &^ (p >> 1)
+				f[FPunctSpace] += pop(starts & (cl.space << 1))
+				f[FPunctNewline] += pop(cl.newline & (p << 1))
+				if uni != 0 {
+					// characters of three bytes, and of two (their first bytes: lead2)
+					single := ends & (starts | (starts&uni)<<2)
+					if lead2 := cl.lead2; lead2 == 0 {
+						f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
+					} else {
+						last2 := lead2 << 1
+						f[FPunctU2] += pop(uni&lead2) - pop(joins&uni&last2)
+						f[FPunctU3] += pop(uni&^cl.cont&^lead2) - pop(joins&uni&^last2)
+						single = ends & (starts | (starts&uni&^lead2)<<2 | (starts&lead2)<<1)
+					}
+					f[FPunct] += pop(single) - pop(joins)
+					for rest := ends &^ single; rest != 0; rest &= rest - 1 {
+						end := bits.TrailingZeros64(rest) & 63
+						s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
+						c.punctLength(pop(p &^ cl.cont & (2<<end - 1<<s)))
+					}
+				} else {
+					p2 := ends & (p << 1)
+					p3 := p2 & (p << 2)
+					p4 := p3 & (p << 3)
+					f[FPunct] += pop(ends&^p2) - pop(joins)
+					f[FPunct+1] += pop(p2 &^ p3)
+					f[FPunct+2] += pop(p3 &^ p4)
+					for rest := p4; rest != 0; rest &= rest - 1 {
+						end := bits.TrailingZeros64(rest) & 63
+						c.punctLength(uint32(end - (63 - bits.LeadingZeros64(starts&(2<<end-1))) + 1))
+					}
+				}
+			}
+
+			// White space. The newlines right after a punctuation run belong to
+			// it; the other white-space characters form runs, each cut into
+			// `\s*[\r\n]+` up to its last newline and the blanks after it (its
+			// trail), whose last character goes with what follows the run. Counts
+			// of characters leave out the bytes after the first of a multi-byte
+			// one, and the character before the last of a trail ends one, two or
+			// three bytes before it.
+			{
+				newline, punct, space := cl.newline, cl.punct, cl.space
+				letters := cl.letter | cl.multi
+				if newline|cl.blank|cl.doubled == 0 {
+					// Only ' ' (most blocks of prose): every run is a trail, of
+					// one byte per character, and none takes a newline.
+					ends := space &^ (space >> 1) & in
+					long := pop(ends & (space << 1))
+					f[FSpaceRuns] += long
+					f[FSpaceRunExtra] += pop(space&in) - long - pop(ends)
+					f[FLoneSpaces] += pop(ends &^ (letters>>1 | space&(punct>>1)))
+				} else {
+					extra := cl.doubled | cl.cont // bytes that start no character
+					absorbed := ((newline + newline&(punct<<1)) ^ newline) & newline
+					nl := newline &^ absorbed
+					bl := space | cl.blank
+					ws := bl | nl
+					trailEnds := bl &^ (ws >> 1) & in // last bytes of trails
+					nTrails := pop(trailEnds)
+					two := (cl.doubled | cl.lead2) << 1                                     // last bytes of two-byte characters
+					three := bl & cl.cont &^ (cl.cont >> 1) &^ two                          // and of three-byte ones
+					long := pop(trailEnds & (bl<<1&^(two|three) | bl<<2&two | bl<<3&three)) // trails of two or more
+					// Blanks followed by a newline of their run (rare): walk
+					// back to the start of their segment.
+					var preBlanks, preRuns uint32
+					for pre := bl & (nl >> 1) & in; pre != 0; pre &= pre - 1 {
+						m := bits.TrailingZeros64(pre)
+						a := bits.Len64(^bl & (1<<m - 1))
+						preBlanks += uint32(m-a+1) - pop(extra&(2<<m-1)>>a<<a)
+						if a == 0 || ws>>(a-1)&1 == 0 {
+							preRuns++ // the segment starts its run
+						}
+					}
+					runs := pop(ws &^ (ws << 1) & in)
+					blankRuns := pop(bl&^(ws<<1)&in) - preRuns // runs without a newline
+					nlRuns := runs - blankRuns
+					f[FNewlineRuns] += nlRuns
+					f[FNewlineRunExtra] += pop(nl&^extra&in) + preBlanks - nlRuns
+					f[FSpaceRuns] += long
+					f[FSpaceRunExtra] += pop(bl&^extra&in) - preBlanks - long - nTrails
+					f[FLoneSpaces] += pop(trailEnds &^ (letters>>1 | space&(punct>>1)))
+					f[FTabs] += pop(cl.tab &^ extra & in)
+				}
+			}
+
+			// Digit runs: ⌈n/3⌉ groups each, the group starts found three
+			// digits at a time: those of runs of up to nine digits without a
+			// loop, whose trip count would follow the lengths of numbers (JSON
+			// has many), the rest in one.
+			digit := cl.digit
+			if groups := digit &^ (digit << 1) & in; groups != 0 {
+				three := digit & (digit << 1) & (digit << 2)
+				second := groups << 3 & three
+				third := second << 3 & three
+				n := pop(groups) + pop(second) + pop(third)
+				for more := third << 3 & three; more != 0; more = more << 3 & three {
+					n += pop(more)
+				}
+				f[FDigitGroups] += n
+			}
+		}
 		carry = 0
 		if within>>cut&1 != 0 {
 			carry = runScript(&cl, cut)
@@ -897,266 +1150,9 @@ func modelled(x uint64) bool {
 	return (x&(x<<1)&(x<<2)&(x<<3)|e1)&highs == 0
 }
 
-// block counts the pieces of characters [0, cut) of a block whose bitmaps
-// are cl; b holds its raw bytes (windowLen of them). Characters up to cut
-// are classified; the replay is idle at 0, or inside a run of the
-// per-character script carry, and at cut, or inside a run of a
-// per-character script.
-//
-// It is one function, by kind of piece in scopes of their own: Latin
-// words of ASCII letters and the function words among them, punctuation
-// runs, white space and digit runs. In wasm a call costs more than most
-// of what a part does (the arguments and results go through memory, and
-// every value live across it is stored and loaded again), so only the
-// letters beyond ASCII, which a block of English or code has none of,
-// take calls: accented Latin words (accentedWords) and the other scripts
-// (nonLatinWords).
-func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
-	b = b[:windowLen]
-	f := &c.feat
-	in := uint64(1)<<cut - 1 // the characters whose pieces are counted
-	// `[^\r\n\p{L}\p{N}]?\p{L}+`: a punctuation character that is a run
-	// of its own, not after a space, starts the word after it. joins
-	// marks the last bytes of such characters.
-	var joins uint64
-	{
-		punct, lead := cl.punct, cl.uni&^cl.cont
-		starts := punct &^ (punct << 1) &^ (cl.space << 1)
-		ends := punct &^ (punct >> 1)
-		letters := cl.letter | cl.multi
-		joins = ends & (starts | (starts&lead&^cl.lead2)<<2 | (starts&cl.lead2)<<1) & (letters >> 1) & in
-	}
-	letter := cl.letter // the letters of the words below
-	if cl.multi != 0 {
-		if cl.latin2 != 0 {
-			// words of accented letters, which the words below are
-			// not to see
-			letter &^= c.accentedWords(cl, in, joins)
-		}
-		if cl.multi&^cl.latin2 != 0 {
-			c.nonLatinWords(cl, in, joins, carry)
-		}
-	}
-
-	// Latin words of ASCII letters; joins marks the punctuation
-	// characters that start a word.
-	{
-		upper := cl.upper
-		// Prefixes and camel-case humps (only mixed-case words have any)
-		// for the whole block.
-		starts := letter &^ (letter << 1) & in
-		ends := letter &^ (letter >> 1) & in
-		f[FPrefixSpaceLatin] += pop(starts & (cl.space << 1))
-		f[FPrefixWSLatin] += pop(starts & (cl.blank << 1))
-		f[FPrefixPunctLatin] += pop(starts & (joins &^ cl.uni << 1))
-		f[FPrefixUniLatin] += pop(starts & (joins & cl.uni << 1))
-		lower := letter &^ upper
-		f[FLatinHumps] += pop(upper & (lower << 1) & in)
-
-		// Lower-case words, most of prose, by length for the whole block:
-		// run marks the lower-case letters that a word starts with, so a
-		// word end in it ends a lower-case word; ek marks those of at
-		// least k letters (the k-1 characters before the end are in run
-		// too, so in its word).
-		run := ((lower + starts&lower) ^ lower) & lower
-		e1 := ends & run
-		e2 := e1 & (run << 1)
-		e3 := e2 & (run << 2)
-		e4 := e3 & (run << 3)
-		e5 := e4 & (run << 4)
-		f[FLatinLower] += pop(e1 &^ e2)
-		f[FLatinLower+1] += pop(e2 &^ e3)
-		f[FLatinLower+2] += pop(e3 &^ e4)
-		f[FLatinLower+3] += pop(e4 &^ e5)
-
-		// Function words: the lower-case words of two to four letters,
-		// which end at the bits of short, looked up in the function-word
-		// table, packed from the raw bytes b. Their first letters are the
-		// word starts one or two characters before their ends, or three
-		// before the ends of four-letter words (a start three before a
-		// shorter word's end is a one-letter word's); in the raw bytes
-		// they are one byte further for each escaped character of cl
-		// before them, and four more for each that was a \u escape
-		// (wide).
-		short := e2 &^ e5
-		first := starts & (short>>1 | short>>2 | short&e4>>3)
-		switch escaped, wide := cl.escaped, cl.wide; {
-		case escaped == 0:
-		case wide == 0:
-			for x := escaped; x != 0; {
-				j := 63 - bits.LeadingZeros64(x)
-				x &^= 1 << j
-				keep := uint64(2)<<j - 1
-				first = first&keep | first&^keep<<1
-			}
-		default:
-			for x := escaped; x != 0; { // \u escapes: four bytes more
-				j := 63 - bits.LeadingZeros64(x)
-				x &^= 1 << j
-				keep := uint64(2)<<j - 1
-				first = first&keep | first&^keep<<(1+4*(wide>>j&1))
-			}
-		}
-		var counts uint32 // see langCount: at most 21 words of each kind in a block
-		for ; short != 0; short &= short - 1 {
-			end := bits.TrailingZeros64(short) & 63
-			n := 2 + int(e3>>end&1) + int(e4>>end&1)
-			counts += langCount(packLetters(jsonraw.Word(b, bits.TrailingZeros64(first)&63)) & keyMask[n&7])
-			first &= first - 1
-		}
-		c.english += counts & 0xFFFF
-		c.other += counts >> 16
-
-		e6 := e5 & (run << 5)
-		e7 := e6 & (run << 6)
-		e8 := e7 & (run << 7)
-		e9 := e8 & (run << 8)
-		e := e9 & (run << 9) // ten letters or more: counted one at a time below
-		f[FLatinLower+4] += pop(e5 &^ e6)
-		f[FLatinLower+5] += pop(e6 &^ e7)
-		f[FLatinLower+6] += pop(e7 &^ e8)
-		f[FLatinLower+7] += pop(e8 &^ e9)
-		f[FLatinLower+8] += pop(e9 &^ e)
-		// Longer words, and words with capitals (Title, UPPER, mixed), one
-		// at a time.
-		for rest := e | ends&^e1; rest != 0; rest &= rest - 1 {
-			end := bits.TrailingZeros64(rest) & 63
-			s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
-			n := uint32(end - s + 1)
-			shape := FLatinLower
-			if e>>end&1 == 0 {
-				up := pop(upper & (2<<end - 1<<s))
-				shape = FLatinMixed
-				if up == n {
-					shape = FLatinUpper
-				}
-				if up == 1 && upper>>s&1 != 0 {
-					shape = FLatinTitle
-				}
-			}
-			if n > latinLens {
-				f[FLatinLongChars] += n - latinLens
-				n = latinLens
-			}
-			f[shape+int(n)-1]++
-		}
-	}
-
-	// Punctuation runs (` ?[^\s\p{L}\p{N}]+[\r\n]*`) by length in
-	// characters; joins marks the one-character runs that start a word
-	// instead. Runs of ASCII characters are counted as lower-case words
-	// are: pk marks the ends of runs of at least k. Runs of one multi-byte
-	// character are counted for the block too, longer runs with one one
-	// at a time.
-	{
-		p, uni := cl.punct&in, cl.uni&in
-		starts := p &^ (p << 1)
-		ends := p &^ (p >> 1)
-		f[FPunctSpace] += pop(starts & (cl.space << 1))
-		f[FPunctNewline] += pop(cl.newline & (p << 1))
-		if uni != 0 {
-			// characters of three bytes, and of two (their first bytes: lead2)
-			single := ends & (starts | (starts&uni)<<2)
-			if lead2 := cl.lead2; lead2 == 0 {
-				f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
-			} else {
-				last2 := lead2 << 1
-				f[FPunctU2] += pop(uni&lead2) - pop(joins&uni&last2)
-				f[FPunctU3] += pop(uni&^cl.cont&^lead2) - pop(joins&uni&^last2)
-				single = ends & (starts | (starts&uni&^lead2)<<2 | (starts&lead2)<<1)
-			}
-			f[FPunct] += pop(single) - pop(joins)
-			for rest := ends &^ single; rest != 0; rest &= rest - 1 {
-				end := bits.TrailingZeros64(rest) & 63
-				s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
-				c.punctLength(pop(p &^ cl.cont & (2<<end - 1<<s)))
-			}
-		} else {
-			p2 := ends & (p << 1)
-			p3 := p2 & (p << 2)
-			p4 := p3 & (p << 3)
-			f[FPunct] += pop(ends&^p2) - pop(joins)
-			f[FPunct+1] += pop(p2 &^ p3)
-			f[FPunct+2] += pop(p3 &^ p4)
-			for rest := p4; rest != 0; rest &= rest - 1 {
-				end := bits.TrailingZeros64(rest) & 63
-				c.punctLength(uint32(end - (63 - bits.LeadingZeros64(starts&(2<<end-1))) + 1))
-			}
-		}
-	}
-
-	// White space. The newlines right after a punctuation run belong to
-	// it; the other white-space characters form runs, each cut into
-	// `\s*[\r\n]+` up to its last newline and the blanks after it (its
-	// trail), whose last character goes with what follows the run. Counts
-	// of characters leave out the bytes after the first of a multi-byte
-	// one, and the character before the last of a trail ends one, two or
-	// three bytes before it.
-	{
-		newline, punct, space := cl.newline, cl.punct, cl.space
-		letters := cl.letter | cl.multi
-		if newline|cl.blank|cl.doubled == 0 {
-			// Only ' ' (most blocks of prose): every run is a trail, of
-			// one byte per character, and none takes a newline.
-			ends := space &^ (space >> 1) & in
-			long := pop(ends & (space << 1))
-			f[FSpaceRuns] += long
-			f[FSpaceRunExtra] += pop(space&in) - long - pop(ends)
-			f[FLoneSpaces] += pop(ends &^ (letters>>1 | space&(punct>>1)))
-		} else {
-			extra := cl.doubled | cl.cont // bytes that start no character
-			absorbed := ((newline + newline&(punct<<1)) ^ newline) & newline
-			nl := newline &^ absorbed
-			bl := space | cl.blank
-			ws := bl | nl
-			trailEnds := bl &^ (ws >> 1) & in // last bytes of trails
-			nTrails := pop(trailEnds)
-			two := (cl.doubled | cl.lead2) << 1                                     // last bytes of two-byte characters
-			three := bl & cl.cont &^ (cl.cont >> 1) &^ two                          // and of three-byte ones
-			long := pop(trailEnds & (bl<<1&^(two|three) | bl<<2&two | bl<<3&three)) // trails of two or more
-			// Blanks followed by a newline of their run (rare): walk
-			// back to the start of their segment.
-			var preBlanks, preRuns uint32
-			for pre := bl & (nl >> 1) & in; pre != 0; pre &= pre - 1 {
-				m := bits.TrailingZeros64(pre)
-				a := bits.Len64(^bl & (1<<m - 1))
-				preBlanks += uint32(m-a+1) - pop(extra&(2<<m-1)>>a<<a)
-				if a == 0 || ws>>(a-1)&1 == 0 {
-					preRuns++ // the segment starts its run
-				}
-			}
-			runs := pop(ws &^ (ws << 1) & in)
-			blankRuns := pop(bl&^(ws<<1)&in) - preRuns // runs without a newline
-			nlRuns := runs - blankRuns
-			f[FNewlineRuns] += nlRuns
-			f[FNewlineRunExtra] += pop(nl&^extra&in) + preBlanks - nlRuns
-			f[FSpaceRuns] += long
-			f[FSpaceRunExtra] += pop(bl&^extra&in) - preBlanks - long - nTrails
-			f[FLoneSpaces] += pop(trailEnds &^ (letters>>1 | space&(punct>>1)))
-			f[FTabs] += pop(cl.tab &^ extra & in)
-		}
-	}
-
-	// Digit runs: ⌈n/3⌉ groups each, the group starts found three
-	// digits at a time: those of runs of up to nine digits without a
-	// loop, whose trip count would follow the lengths of numbers (JSON
-	// has many), the rest in one.
-	digit := cl.digit
-	if groups := digit &^ (digit << 1) & in; groups != 0 {
-		three := digit & (digit << 1) & (digit << 2)
-		second := groups << 3 & three
-		third := second << 3 & three
-		n := pop(groups) + pop(second) + pop(third)
-		for more := third << 3 & three; more != 0; more = more << 3 & three {
-			n += pop(more)
-		}
-		f[FDigitGroups] += n
-	}
-}
-
-// accentedWords counts the Latin words of a block (see block) that hold
-// accented letters (two bytes each: latin2), one at a time, as words counts
-// the others, and returns their bytes, which words is then not to see. No
+// accentedWords counts the Latin words of a block (see blocks) that hold
+// accented letters (two bytes each: latin2), one at a time, as blocks counts
+// the others, and returns their bytes, which the ASCII words are then not to see. No
 // function word has an accent.
 func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
 	f := &c.feat
@@ -1202,7 +1198,7 @@ func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
 }
 
 // nonLatinWords counts the letters of scripts other than Latin of a block
-// (see block): characters and runs of the per-character scripts (Han,
+// (see blocks): characters and runs of the per-character scripts (Han,
 // kana, Hangul, Thai, Brahmic), words of the alphabets by length, the
 // script changes inside letter runs, and the prefixes of letter runs that
 // start with one of them; joins marks the punctuation characters that
