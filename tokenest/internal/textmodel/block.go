@@ -66,11 +66,11 @@ const windowLen = 72
 
 // classes are the bitmaps of one block: bit k describes byte k. Every
 // byte of a multi-byte character (a two- or three-byte UTF-8 character or
-// a white-space escape, see unescape) carries its character's class, so that
+// a white-space escape, see classify) carries its character's class, so that
 // a shift by one looks at the neighbouring character; cont marks the
 // bytes that do not start a character.
 type classes struct {
-	// The bitmaps that unescape compacts, in one run of words in the
+	// The bitmaps that classify compacts at escapes, in one run of words in the
 	// order compress takes them (TestClassesLayout checks it): those of
 	// every window, those of multi-byte characters, and those of two-byte
 	// characters and of Thai and the Brahmic scripts.
@@ -80,10 +80,10 @@ type classes struct {
 	tab                  uint64
 	newline              uint64 // \r \n
 
-	// in a JSON string (see unescape): the characters that were
+	// in a JSON string (see classify): the characters that were
 	// punctuation escapes, and the first bytes of white-space escapes
 	escaped, doubled uint64
-	wide             uint64 // the characters that were \u escapes (see unescape)
+	wide             uint64 // the characters that were \u escapes (see classify)
 
 	han, kana, hangul uint64 // letters of the per-character scripts (three bytes each)
 	uni               uint64 // punctuation of two and three bytes
@@ -149,8 +149,8 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 // before the first byte ≥ 0x80 that is not part of a multi-byte character
 // of a kind the block reader models (see multibyte and twoBytes), the
 // first of the avail bytes left in the text, and in a JSON string (json)
-// the closing quote, a control byte or a \u or malformed escape (see
-// unescape).
+// the closing quote, a control byte or a \u or malformed escape (see the
+// escapes below).
 func (c *classes) classify(b []byte, avail int, json bool) int {
 	// the bit planes (see planes; a call costs wasm more than the
 	// transposition)
@@ -258,7 +258,122 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	tabs := blanks & b4
 	slash := low & b5 &^ b4 & b3 & b2 & b1 & b0 // 0x2F
 	puncts := escaped & (lower&^(b4|b3|b2)&b1 | quote | bslash | slash)
-	return c.unescape(b, trouble, escaped, newlines, blanks, tabs, puncts)
+	// The escapes. Those before the window's first stop give each escaped
+	// character its class, so that the bitmaps describe characters, and
+	// classify returns the number of characters before the stop. trouble
+	// marks the raw bytes that stop the block (bytes ≥ 0x80, control
+	// bytes, quotes), escaped the bytes after escaping backslashes, and
+	// newlines, blanks, tabs and puncts those of them that make an escape
+	// of that class (\n \r; \t \f; \t; \" \\ \/ \b). An escaped quote does not
+	// stop the block; a \u escape stops it unless it is one of ASCII
+	// punctuation (\u003c, as Go's encoding/json writes '<', '>' and '&',
+	// and as many encoders write control characters), whose six bytes
+	// inside the window are read as that character (see asciiEscapes). A
+	// malformed escape stops the block. (In line rather than a function of
+	// its own: in wasm the call cost JSON text 5–10 %.)
+	//
+	// A white-space escape stays two bytes, both of its class: a run of
+	// white space is the same run whatever its length, so only counts of
+	// characters and the look back from the end of a trail must know
+	// (c.doubled marks the first bytes, see blocks). A punctuation escape,
+	// whose runs are counted by length, loses all its bytes but the last
+	// from the bitmaps, so that bit k of them describes character k;
+	// c.escaped marks the characters that were such escapes, each one raw
+	// byte longer, and c.wide those of them that were \u escapes, four
+	// bytes longer still (see raw).
+	{
+		space := newlines | blanks
+		if escaped == space {
+			// Only white-space escapes (most windows of prose with
+			// paragraphs): nothing to compact.
+			c.letter &^= escaped
+			c.blank |= blanks | blanks>>1
+			c.tab |= tabs | tabs>>1
+			c.newline |= newlines | newlines>>1
+			c.doubled = space >> 1
+			return bits.TrailingZeros64(trouble &^ escaped)
+		}
+		var wide, wheads uint64 // the last bytes of \u escapes of ASCII punctuation, and their backslashes
+		if u := escaped &^ (space | puncts); u != 0 {
+			wide = asciiEscapes(b, u)
+			escaped &^= wide >> 4 // their 'u's
+		}
+		trouble |= (escaped &^ (space | puncts)) >> 1 // other \u escapes and malformed ones
+		stop := bits.TrailingZeros64(trouble &^ escaped)
+		doubled := space >> 1
+		heads := puncts >> 1 & (1<<stop - 1)
+		tails := puncts
+		letter, upper, digit := c.letter&^escaped, c.upper, c.digit
+		blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
+		space = c.space
+		if wide == 0 {
+			for h := heads; h != 0; {
+				q := 63 - bits.LeadingZeros64(h)
+				h &^= 1 << q
+				keep := uint64(1)<<q - 1
+				letter = letter&keep | letter>>1&^keep
+				upper = upper&keep | upper>>1&^keep
+				digit = digit&keep | digit>>1&^keep
+				space = space&keep | space>>1&^keep
+				blank = blank&keep | blank>>1&^keep
+				tab = tab&keep | tab>>1&^keep
+				newline = newline&keep | newline>>1&^keep
+				tails = tails&keep | tails>>1&^keep
+				doubled = doubled&keep | doubled>>1&^keep
+			}
+		} else {
+			// The rare window with \u escapes: the same, with five bytes
+			// dropped for each of those (from its backslash to its
+			// second-last hex digit) and its last digit made punctuation.
+			// (One loop for both costs the usual windows a variable shift:
+			// +0.2 to +0.7 % instructions at v3, up to +1.3 % at v1.)
+			wheads = wide >> 5 & (1<<stop - 1)
+			letter &^= wide
+			upper &^= wide
+			digit &^= wide
+			tails |= wide
+			for h := heads | wheads; h != 0; {
+				q := 63 - bits.LeadingZeros64(h)
+				h &^= 1 << q
+				k := 1 + 4*uint(wheads>>q&1) // bytes dropped
+				keep := uint64(1)<<q - 1
+				letter = letter&keep | letter>>k&^keep
+				upper = upper&keep | upper>>k&^keep
+				digit = digit&keep | digit>>k&^keep
+				space = space&keep | space>>k&^keep
+				blank = blank&keep | blank>>k&^keep
+				tab = tab&keep | tab>>k&^keep
+				newline = newline&keep | newline>>k&^keep
+				tails = tails&keep | tails>>k&^keep
+				doubled = doubled&keep | doubled>>k&^keep
+				wide = wide&keep | wide>>k&^keep
+			}
+			heads |= wheads
+			stop -= 4 * bits.OnesCount64(wheads)
+		}
+		c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
+		c.escaped, c.doubled, c.wide = tails, doubled, wide
+		if c.cont != 0 {
+			han, kana, hangul, uni, cont, multi := c.han, c.kana, c.hangul, c.uni, c.cont, c.multi
+			for h := heads; h != 0; {
+				q := 63 - bits.LeadingZeros64(h)
+				h &^= 1 << q
+				k := 1 + 4*uint(wheads>>q&1)
+				keep := uint64(1)<<q - 1
+				han = han&keep | han>>k&^keep
+				kana = kana&keep | kana>>k&^keep
+				hangul = hangul&keep | hangul>>k&^keep
+				uni = uni&keep | uni>>k&^keep
+				cont = cont&keep | cont>>k&^keep
+				multi = multi&keep | multi>>k&^keep
+			}
+			c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = han, kana, hangul, uni, cont, multi
+			if c.lead2|c.thai|c.indic != 0 {
+				c.compactTwo(heads, wheads)
+			}
+		}
+		return stop - bits.OnesCount64(heads)
+	}
 }
 
 // hangulLeads returns the first bytes of the Hangul syllables (U+AC00–U+D77F)
@@ -579,125 +694,10 @@ func (c *classes) twoBytes(b *[windowLen]byte, lead2, cyr, greek, arab, hebrew u
 	return two(lead2)
 }
 
-// unescape reads the escapes of a JSON window b that come before its
-// first stop and gives each escaped character its class, so that the
-// bitmaps describe characters; it returns the number of characters before
-// the stop. trouble marks the raw bytes that stop the block (bytes ≥ 0x80,
-// control bytes, quotes), escaped the bytes after escaping backslashes,
-// and newlines, blanks, tabs and puncts those of them that make an escape
-// of that class (\n \r; \t \f; \t; \" \\ \/ \b). An escaped quote does
-// not stop the block; a \u escape stops it unless it is one of ASCII
-// punctuation (\u003c, as Go's encoding/json writes '<', '>' and '&', and
-// as many encoders write control characters), whose six bytes inside the
-// window are read as that character (see asciiEscapes). A malformed escape
-// stops the block.
-//
-// A white-space escape stays two bytes, both of its class: a run of white
-// space is the same run whatever its length, so only counts of characters
-// and the look back from the end of a trail must know (c.doubled marks the
-// first bytes, see the white space in blocks). A punctuation escape, whose runs are
-// counted by length, loses all its bytes but the last from the bitmaps,
-// so that bit k of them describes character k; c.escaped marks the
-// characters that were such escapes, each one raw byte longer, and c.wide
-// those of them that were \u escapes, four bytes longer still (see raw).
-func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, puncts uint64) int {
-	space := newlines | blanks
-	if escaped == space {
-		// Only white-space escapes (most windows of prose with
-		// paragraphs): nothing to compact.
-		c.letter &^= escaped
-		c.blank |= blanks | blanks>>1
-		c.tab |= tabs | tabs>>1
-		c.newline |= newlines | newlines>>1
-		c.doubled = space >> 1
-		return bits.TrailingZeros64(trouble &^ escaped)
-	}
-	var wide, wheads uint64 // the last bytes of \u escapes of ASCII punctuation, and their backslashes
-	if u := escaped &^ (space | puncts); u != 0 {
-		wide = asciiEscapes(b, u)
-		escaped &^= wide >> 4 // their 'u's
-	}
-	trouble |= (escaped &^ (space | puncts)) >> 1 // other \u escapes and malformed ones
-	stop := bits.TrailingZeros64(trouble &^ escaped)
-	doubled := space >> 1
-	heads := puncts >> 1 & (1<<stop - 1)
-	tails := puncts
-	letter, upper, digit := c.letter&^escaped, c.upper, c.digit
-	blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
-	space = c.space
-	if wide == 0 {
-		for h := heads; h != 0; {
-			q := 63 - bits.LeadingZeros64(h)
-			h &^= 1 << q
-			keep := uint64(1)<<q - 1
-			letter = letter&keep | letter>>1&^keep
-			upper = upper&keep | upper>>1&^keep
-			digit = digit&keep | digit>>1&^keep
-			space = space&keep | space>>1&^keep
-			blank = blank&keep | blank>>1&^keep
-			tab = tab&keep | tab>>1&^keep
-			newline = newline&keep | newline>>1&^keep
-			tails = tails&keep | tails>>1&^keep
-			doubled = doubled&keep | doubled>>1&^keep
-		}
-	} else {
-		// The rare window with \u escapes: the same, with five bytes
-		// dropped for each of those (from its backslash to its
-		// second-last hex digit) and its last digit made punctuation.
-		// (One loop for both costs the usual windows a variable shift:
-		// +0.2 to +0.7 % instructions at v3, up to +1.3 % at v1.)
-		wheads = wide >> 5 & (1<<stop - 1)
-		letter &^= wide
-		upper &^= wide
-		digit &^= wide
-		tails |= wide
-		for h := heads | wheads; h != 0; {
-			q := 63 - bits.LeadingZeros64(h)
-			h &^= 1 << q
-			k := 1 + 4*uint(wheads>>q&1) // bytes dropped
-			keep := uint64(1)<<q - 1
-			letter = letter&keep | letter>>k&^keep
-			upper = upper&keep | upper>>k&^keep
-			digit = digit&keep | digit>>k&^keep
-			space = space&keep | space>>k&^keep
-			blank = blank&keep | blank>>k&^keep
-			tab = tab&keep | tab>>k&^keep
-			newline = newline&keep | newline>>k&^keep
-			tails = tails&keep | tails>>k&^keep
-			doubled = doubled&keep | doubled>>k&^keep
-			wide = wide&keep | wide>>k&^keep
-		}
-		heads |= wheads
-		stop -= 4 * bits.OnesCount64(wheads)
-	}
-	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
-	c.escaped, c.doubled, c.wide = tails, doubled, wide
-	if c.cont != 0 {
-		han, kana, hangul, uni, cont, multi := c.han, c.kana, c.hangul, c.uni, c.cont, c.multi
-		for h := heads; h != 0; {
-			q := 63 - bits.LeadingZeros64(h)
-			h &^= 1 << q
-			k := 1 + 4*uint(wheads>>q&1)
-			keep := uint64(1)<<q - 1
-			han = han&keep | han>>k&^keep
-			kana = kana&keep | kana>>k&^keep
-			hangul = hangul&keep | hangul>>k&^keep
-			uni = uni&keep | uni>>k&^keep
-			cont = cont&keep | cont>>k&^keep
-			multi = multi&keep | multi>>k&^keep
-		}
-		c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = han, kana, hangul, uni, cont, multi
-		if c.lead2|c.thai|c.indic != 0 {
-			c.compactTwo(heads, wheads)
-		}
-	}
-	return stop - bits.OnesCount64(heads)
-}
-
 // compactTwo drops the bytes of escapes from the bitmaps of two-byte
-// characters, and of Thai and Brahmic letters, as unescape does from the
+// characters, and of Thai and Brahmic letters, as classify does from the
 // others: one byte before each bit of heads, five before those of wheads.
-// (Its loop repeats unescape's for other bitmaps, so that each loop keeps
+// (Its loop repeats classify's for other bitmaps, so that each loop keeps
 // its bitmaps in registers.)
 func (c *classes) compactTwo(heads, wheads uint64) {
 	lead2, latin2, lower2 := c.lead2, c.latin2, c.lower2
