@@ -39,6 +39,28 @@ func BenchmarkText(b *testing.B) {
 	}
 }
 
+// BenchmarkJSONString measures the replay on the texts of BenchmarkText
+// as tokenest reads them: one JSON string each, as encoding/json writes it
+// (escapes decoded and validated on the way).
+func BenchmarkJSONString(b *testing.B) {
+	for _, class := range []string{"english", "chinese", "code"} {
+		quoted, err := json.Marshal(string(sampleText(b, class)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(class, func(b *testing.B) {
+			b.SetBytes(int64(len(quoted)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var c Counter
+				if c.JSONString(quoted, 0) != len(quoted) {
+					b.Fatal("not read to its end")
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkTextOtherScripts measures the replay on the other sample
 // classes: scripts the block reader models too (kana, Hangul, German's
 // ASCII), and scripts it leaves to fast and step (Cyrillic, Greek, Arabic,
