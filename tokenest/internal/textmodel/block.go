@@ -66,14 +66,14 @@ const windowLen = 72
 
 // classes are the bitmaps of one block: bit k describes byte k. Every
 // byte of a multi-byte character (a two- or three-byte UTF-8 character or
-// a white-space escape, see classify) carries its character's class, so that
-// a shift by one looks at the neighbouring character; cont marks the
+// a white-space escape, see classify) carries its character's class, so
+// that a shift by one looks at the neighbouring character; cont marks the
 // bytes that do not start a character.
 type classes struct {
-	// The bitmaps that classify compacts at escapes, in one run of words in the
-	// order compress takes them (TestClassesLayout checks it): those of
-	// every window, those of multi-byte characters, and those of two-byte
-	// characters and of Thai and the Brahmic scripts.
+	// The bitmaps that classify compacts at escapes, in one run of words
+	// in the order compress takes them (TestClassesLayout checks it):
+	// those of every window, those of multi-byte characters, and those of
+	// two-byte characters and of Thai and the Brahmic scripts.
 	letter, upper, digit uint64 // ASCII letters, capitals (also the first bytes of two-byte ones), digits
 	space                uint64 // ' '
 	blank                uint64 // white space that is neither ' ' nor a newline (\t \v \f, U+3000…)
