@@ -3,6 +3,8 @@ package jsonraw
 import (
 	"bytes"
 	"encoding/json"
+	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -307,5 +309,44 @@ func TestHasPrefix(t *testing.T) {
 				t.Errorf("HasPrefix(%q, %q) = true", s, q)
 			}
 		}
+	}
+}
+
+// TestStops checks stops' lowest mark, the only one its callers use,
+// against a byte-by-byte reading: on every byte value at every position of
+// words of plain bytes, and on random words.
+func TestStops(t *testing.T) {
+	lowest := func(x uint64) int { // the first byte that stops a scan, or 8
+		for k := range 8 {
+			if c := byte(x >> (8 * k)); c == '"' || c == '\\' || c < 0x20 {
+				return k
+			}
+		}
+		return 8
+	}
+	check := func(x uint64) {
+		t.Helper()
+		got := 8
+		if m := stops(x); m != 0 {
+			got = bits.TrailingZeros64(m) >> 3
+		}
+		if want := lowest(x); got != want {
+			t.Fatalf("stops(%#016x): first stop at byte %d, want %d", x, got, want)
+		}
+	}
+	for _, fill := range []byte{'a', ' ', '!', '#', 0x7F, 0x80, 0xFF, 0x21, 0x23} {
+		for k := range 8 {
+			for c := range 256 {
+				x := ones*uint64(fill)&^(0xFF<<(8*k)) | uint64(c)<<(8*k)
+				check(x)
+				check(x &^ (0xFF << (8 * ((k + 3) & 7))))
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1 << 20 {
+		x := r.Uint64()
+		check(x)
+		check(x | highs&r.Uint64()) // more bytes ≥ 0x80
 	}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // sampleText returns the checked-in sample texts of a class, joined.
-func sampleText(b *testing.B, class string) []byte {
+func sampleText(b testing.TB, class string) []byte {
 	data, err := os.ReadFile("../../testdata/samples/" + class + ".jsonl")
 	if err != nil {
 		b.Fatal(err)
@@ -34,6 +34,28 @@ func BenchmarkText(b *testing.B) {
 			for b.Loop() {
 				var c Counter
 				c.Text(text)
+			}
+		})
+	}
+}
+
+// BenchmarkJSONString measures the replay on the texts of BenchmarkText
+// as tokenest reads them: one JSON string each, as encoding/json writes it
+// (escapes decoded and validated on the way).
+func BenchmarkJSONString(b *testing.B) {
+	for _, class := range []string{"english", "chinese", "code"} {
+		quoted, err := json.Marshal(string(sampleText(b, class)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(class, func(b *testing.B) {
+			b.SetBytes(int64(len(quoted)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var c Counter
+				if c.JSONString(quoted, 0) != len(quoted) {
+					b.Fatal("not read to its end")
+				}
 			}
 		})
 	}

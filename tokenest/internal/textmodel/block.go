@@ -66,24 +66,24 @@ const windowLen = 72
 
 // classes are the bitmaps of one block: bit k describes byte k. Every
 // byte of a multi-byte character (a two- or three-byte UTF-8 character or
-// a white-space escape, see unescape) carries its character's class, so that
-// a shift by one looks at the neighbouring character; cont marks the
+// a white-space escape, see classify) carries its character's class, so
+// that a shift by one looks at the neighbouring character; cont marks the
 // bytes that do not start a character.
 type classes struct {
-	// The bitmaps that unescape compacts, in one run of words in the
-	// order compress takes them (TestClassesLayout checks it): those of
-	// every window, those of multi-byte characters, and those of two-byte
-	// characters and of Thai and the Brahmic scripts.
+	// The bitmaps that classify compacts at escapes, in one run of words
+	// in the order compress takes them (TestClassesLayout checks it):
+	// those of every window, those of multi-byte characters, and those of
+	// two-byte characters and of Thai and the Brahmic scripts.
 	letter, upper, digit uint64 // ASCII letters, capitals (also the first bytes of two-byte ones), digits
 	space                uint64 // ' '
 	blank                uint64 // white space that is neither ' ' nor a newline (\t \v \f, U+3000…)
 	tab                  uint64
 	newline              uint64 // \r \n
 
-	// in a JSON string (see unescape): the characters that were
+	// in a JSON string (see classify): the characters that were
 	// punctuation escapes, and the first bytes of white-space escapes
 	escaped, doubled uint64
-	wide             uint64 // the characters that were \u escapes (see unescape)
+	wide             uint64 // the characters that were \u escapes (see classify)
 
 	han, kana, hangul uint64 // letters of the per-character scripts (three bytes each)
 	uni               uint64 // punctuation of two and three bytes
@@ -104,7 +104,9 @@ type classes struct {
 // holds bit j of every byte (bit k of the plane: byte k). Two
 // transpositions of 8×8 matrices: the bits within each 8-byte word, then
 // the bytes across words. Scalars rather than an array, so that the
-// compiler keeps them in registers.
+// compiler keeps them in registers. classify does the same in line (in
+// wasm the call, whose eight results go through memory, cost 8 % of the
+// block reader's time); the tests take the planes from here.
 func planes(b []byte) (b0, b1, b2, b3, b4, b5, b6, b7 uint64) {
 	b = b[:64]
 	// The three byte stages commute; interleaving them with the bit
@@ -147,10 +149,27 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 // before the first byte ≥ 0x80 that is not part of a multi-byte character
 // of a kind the block reader models (see multibyte and twoBytes), the
 // first of the avail bytes left in the text, and in a JSON string (json)
-// the closing quote, a control byte or a \u or malformed escape (see
-// unescape).
+// the closing quote, a control byte or a \u or malformed escape (see the
+// escapes below).
 func (c *classes) classify(b []byte, avail int, json bool) int {
-	b0, b1, b2, b3, b4, b5, b6, b7 := planes(b)
+	// the bit planes (see planes; a call costs wasm more than the
+	// transposition)
+	var b0, b1, b2, b3, b4, b5, b6, b7 uint64
+	w := b[:64]
+	// The three byte stages commute; interleaving them with the bit
+	// transposes keeps fewer values live at once.
+	b0, b1 = swapBytes(transposeBits(jsonraw.Word(w, 0)), transposeBits(jsonraw.Word(w, 8)), 8, 0x00FF00FF00FF00FF)
+	b2, b3 = swapBytes(transposeBits(jsonraw.Word(w, 16)), transposeBits(jsonraw.Word(w, 24)), 8, 0x00FF00FF00FF00FF)
+	b0, b2 = swapBytes(b0, b2, 16, 0x0000FFFF0000FFFF)
+	b1, b3 = swapBytes(b1, b3, 16, 0x0000FFFF0000FFFF)
+	b4, b5 = swapBytes(transposeBits(jsonraw.Word(w, 32)), transposeBits(jsonraw.Word(w, 40)), 8, 0x00FF00FF00FF00FF)
+	b6, b7 = swapBytes(transposeBits(jsonraw.Word(w, 48)), transposeBits(jsonraw.Word(w, 56)), 8, 0x00FF00FF00FF00FF)
+	b4, b6 = swapBytes(b4, b6, 16, 0x0000FFFF0000FFFF)
+	b5, b7 = swapBytes(b5, b7, 16, 0x0000FFFF0000FFFF)
+	b0, b4 = swapBytes(b0, b4, 32, 0x00000000FFFFFFFF)
+	b1, b5 = swapBytes(b1, b5, 32, 0x00000000FFFFFFFF)
+	b2, b6 = swapBytes(b2, b6, 32, 0x00000000FFFFFFFF)
+	b3, b7 = swapBytes(b3, b7, 32, 0x00000000FFFFFFFF)
 	ascii := ^b7
 	// letters: 0x41–0x5A and 0x61–0x7A, the low five bits in 1..26
 	c.letter = ascii & b6 & (b0 | b1 | b2 | b3 | b4) & (^b4 | ^b3 | ^(b2 | b1&b0))
@@ -239,7 +258,122 @@ func (c *classes) classify(b []byte, avail int, json bool) int {
 	tabs := blanks & b4
 	slash := low & b5 &^ b4 & b3 & b2 & b1 & b0 // 0x2F
 	puncts := escaped & (lower&^(b4|b3|b2)&b1 | quote | bslash | slash)
-	return c.unescape(b, trouble, escaped, newlines, blanks, tabs, puncts)
+	// The escapes. Those before the window's first stop give each escaped
+	// character its class, so that the bitmaps describe characters, and
+	// classify returns the number of characters before the stop. trouble
+	// marks the raw bytes that stop the block (bytes ≥ 0x80, control
+	// bytes, quotes), escaped the bytes after escaping backslashes, and
+	// newlines, blanks, tabs and puncts those of them that make an escape
+	// of that class (\n \r; \t \f; \t; \" \\ \/ \b). An escaped quote does not
+	// stop the block; a \u escape stops it unless it is one of ASCII
+	// punctuation (\u003c, as Go's encoding/json writes '<', '>' and '&',
+	// and as many encoders write control characters), whose six bytes
+	// inside the window are read as that character (see asciiEscapes). A
+	// malformed escape stops the block. (In line rather than a function of
+	// its own: in wasm the call cost JSON text 5–10 %.)
+	//
+	// A white-space escape stays two bytes, both of its class: a run of
+	// white space is the same run whatever its length, so only counts of
+	// characters and the look back from the end of a trail must know
+	// (c.doubled marks the first bytes, see blocks). A punctuation escape,
+	// whose runs are counted by length, loses all its bytes but the last
+	// from the bitmaps, so that bit k of them describes character k;
+	// c.escaped marks the characters that were such escapes, each one raw
+	// byte longer, and c.wide those of them that were \u escapes, four
+	// bytes longer still (see raw).
+	{
+		space := newlines | blanks
+		if escaped == space {
+			// Only white-space escapes (most windows of prose with
+			// paragraphs): nothing to compact.
+			c.letter &^= escaped
+			c.blank |= blanks | blanks>>1
+			c.tab |= tabs | tabs>>1
+			c.newline |= newlines | newlines>>1
+			c.doubled = space >> 1
+			return bits.TrailingZeros64(trouble &^ escaped)
+		}
+		var wide, wheads uint64 // the last bytes of \u escapes of ASCII punctuation, and their backslashes
+		if u := escaped &^ (space | puncts); u != 0 {
+			wide = asciiEscapes(b, u)
+			escaped &^= wide >> 4 // their 'u's
+		}
+		trouble |= (escaped &^ (space | puncts)) >> 1 // other \u escapes and malformed ones
+		stop := bits.TrailingZeros64(trouble &^ escaped)
+		doubled := space >> 1
+		heads := puncts >> 1 & (1<<stop - 1)
+		tails := puncts
+		letter, upper, digit := c.letter&^escaped, c.upper, c.digit
+		blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
+		space = c.space
+		if wide == 0 {
+			for h := heads; h != 0; {
+				q := 63 - bits.LeadingZeros64(h)
+				h &^= 1 << q
+				keep := uint64(1)<<q - 1
+				letter = letter&keep | letter>>1&^keep
+				upper = upper&keep | upper>>1&^keep
+				digit = digit&keep | digit>>1&^keep
+				space = space&keep | space>>1&^keep
+				blank = blank&keep | blank>>1&^keep
+				tab = tab&keep | tab>>1&^keep
+				newline = newline&keep | newline>>1&^keep
+				tails = tails&keep | tails>>1&^keep
+				doubled = doubled&keep | doubled>>1&^keep
+			}
+		} else {
+			// The rare window with \u escapes: the same, with five bytes
+			// dropped for each of those (from its backslash to its
+			// second-last hex digit) and its last digit made punctuation.
+			// (One loop for both costs the usual windows a variable shift:
+			// +0.2 to +0.7 % instructions at v3, up to +1.3 % at v1.)
+			wheads = wide >> 5 & (1<<stop - 1)
+			letter &^= wide
+			upper &^= wide
+			digit &^= wide
+			tails |= wide
+			for h := heads | wheads; h != 0; {
+				q := 63 - bits.LeadingZeros64(h)
+				h &^= 1 << q
+				k := 1 + 4*uint(wheads>>q&1) // bytes dropped
+				keep := uint64(1)<<q - 1
+				letter = letter&keep | letter>>k&^keep
+				upper = upper&keep | upper>>k&^keep
+				digit = digit&keep | digit>>k&^keep
+				space = space&keep | space>>k&^keep
+				blank = blank&keep | blank>>k&^keep
+				tab = tab&keep | tab>>k&^keep
+				newline = newline&keep | newline>>k&^keep
+				tails = tails&keep | tails>>k&^keep
+				doubled = doubled&keep | doubled>>k&^keep
+				wide = wide&keep | wide>>k&^keep
+			}
+			heads |= wheads
+			stop -= 4 * bits.OnesCount64(wheads)
+		}
+		c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
+		c.escaped, c.doubled, c.wide = tails, doubled, wide
+		if c.cont != 0 {
+			han, kana, hangul, uni, cont, multi := c.han, c.kana, c.hangul, c.uni, c.cont, c.multi
+			for h := heads; h != 0; {
+				q := 63 - bits.LeadingZeros64(h)
+				h &^= 1 << q
+				k := 1 + 4*uint(wheads>>q&1)
+				keep := uint64(1)<<q - 1
+				han = han&keep | han>>k&^keep
+				kana = kana&keep | kana>>k&^keep
+				hangul = hangul&keep | hangul>>k&^keep
+				uni = uni&keep | uni>>k&^keep
+				cont = cont&keep | cont>>k&^keep
+				multi = multi&keep | multi>>k&^keep
+			}
+			c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = han, kana, hangul, uni, cont, multi
+			if c.lead2|c.thai|c.indic != 0 {
+				c.compactTwo(heads, wheads)
+			}
+		}
+		return stop - bits.OnesCount64(heads)
+	}
 }
 
 // hangulLeads returns the first bytes of the Hangul syllables (U+AC00–U+D77F)
@@ -560,125 +694,10 @@ func (c *classes) twoBytes(b *[windowLen]byte, lead2, cyr, greek, arab, hebrew u
 	return two(lead2)
 }
 
-// unescape reads the escapes of a JSON window b that come before its
-// first stop and gives each escaped character its class, so that the
-// bitmaps describe characters; it returns the number of characters before
-// the stop. trouble marks the raw bytes that stop the block (bytes ≥ 0x80,
-// control bytes, quotes), escaped the bytes after escaping backslashes,
-// and newlines, blanks, tabs and puncts those of them that make an escape
-// of that class (\n \r; \t \f; \t; \" \\ \/ \b). An escaped quote does
-// not stop the block; a \u escape stops it unless it is one of ASCII
-// punctuation (\u003c, as Go's encoding/json writes '<', '>' and '&', and
-// as many encoders write control characters), whose six bytes inside the
-// window are read as that character (see asciiEscapes). A malformed escape
-// stops the block.
-//
-// A white-space escape stays two bytes, both of its class: a run of white
-// space is the same run whatever its length, so only counts of characters
-// and the look back from the end of a trail must know (c.doubled marks the
-// first bytes, see whiteSpace). A punctuation escape, whose runs are
-// counted by length, loses all its bytes but the last from the bitmaps,
-// so that bit k of them describes character k; c.escaped marks the
-// characters that were such escapes, each one raw byte longer, and c.wide
-// those of them that were \u escapes, four bytes longer still (see raw).
-func (c *classes) unescape(b []byte, trouble, escaped, newlines, blanks, tabs, puncts uint64) int {
-	space := newlines | blanks
-	if escaped == space {
-		// Only white-space escapes (most windows of prose with
-		// paragraphs): nothing to compact.
-		c.letter &^= escaped
-		c.blank |= blanks | blanks>>1
-		c.tab |= tabs | tabs>>1
-		c.newline |= newlines | newlines>>1
-		c.doubled = space >> 1
-		return bits.TrailingZeros64(trouble &^ escaped)
-	}
-	var wide, wheads uint64 // the last bytes of \u escapes of ASCII punctuation, and their backslashes
-	if u := escaped &^ (space | puncts); u != 0 {
-		wide = asciiEscapes(b, u)
-		escaped &^= wide >> 4 // their 'u's
-	}
-	trouble |= (escaped &^ (space | puncts)) >> 1 // other \u escapes and malformed ones
-	stop := bits.TrailingZeros64(trouble &^ escaped)
-	doubled := space >> 1
-	heads := puncts >> 1 & (1<<stop - 1)
-	tails := puncts
-	letter, upper, digit := c.letter&^escaped, c.upper, c.digit
-	blank, tab, newline := c.blank|blanks|blanks>>1, c.tab|tabs|tabs>>1, c.newline|newlines|newlines>>1
-	space = c.space
-	if wide == 0 {
-		for h := heads; h != 0; {
-			q := 63 - bits.LeadingZeros64(h)
-			h &^= 1 << q
-			keep := uint64(1)<<q - 1
-			letter = letter&keep | letter>>1&^keep
-			upper = upper&keep | upper>>1&^keep
-			digit = digit&keep | digit>>1&^keep
-			space = space&keep | space>>1&^keep
-			blank = blank&keep | blank>>1&^keep
-			tab = tab&keep | tab>>1&^keep
-			newline = newline&keep | newline>>1&^keep
-			tails = tails&keep | tails>>1&^keep
-			doubled = doubled&keep | doubled>>1&^keep
-		}
-	} else {
-		// The rare window with \u escapes: the same, with five bytes
-		// dropped for each of those (from its backslash to its
-		// second-last hex digit) and its last digit made punctuation.
-		// (One loop for both costs the usual windows a variable shift:
-		// +0.2 to +0.7 % instructions at v3, up to +1.3 % at v1.)
-		wheads = wide >> 5 & (1<<stop - 1)
-		letter &^= wide
-		upper &^= wide
-		digit &^= wide
-		tails |= wide
-		for h := heads | wheads; h != 0; {
-			q := 63 - bits.LeadingZeros64(h)
-			h &^= 1 << q
-			k := 1 + 4*uint(wheads>>q&1) // bytes dropped
-			keep := uint64(1)<<q - 1
-			letter = letter&keep | letter>>k&^keep
-			upper = upper&keep | upper>>k&^keep
-			digit = digit&keep | digit>>k&^keep
-			space = space&keep | space>>k&^keep
-			blank = blank&keep | blank>>k&^keep
-			tab = tab&keep | tab>>k&^keep
-			newline = newline&keep | newline>>k&^keep
-			tails = tails&keep | tails>>k&^keep
-			doubled = doubled&keep | doubled>>k&^keep
-			wide = wide&keep | wide>>k&^keep
-		}
-		heads |= wheads
-		stop -= 4 * bits.OnesCount64(wheads)
-	}
-	c.letter, c.upper, c.digit, c.space, c.blank, c.tab, c.newline = letter, upper, digit, space, blank, tab, newline
-	c.escaped, c.doubled, c.wide = tails, doubled, wide
-	if c.cont != 0 {
-		han, kana, hangul, uni, cont, multi := c.han, c.kana, c.hangul, c.uni, c.cont, c.multi
-		for h := heads; h != 0; {
-			q := 63 - bits.LeadingZeros64(h)
-			h &^= 1 << q
-			k := 1 + 4*uint(wheads>>q&1)
-			keep := uint64(1)<<q - 1
-			han = han&keep | han>>k&^keep
-			kana = kana&keep | kana>>k&^keep
-			hangul = hangul&keep | hangul>>k&^keep
-			uni = uni&keep | uni>>k&^keep
-			cont = cont&keep | cont>>k&^keep
-			multi = multi&keep | multi>>k&^keep
-		}
-		c.han, c.kana, c.hangul, c.uni, c.cont, c.multi = han, kana, hangul, uni, cont, multi
-		if c.lead2|c.thai|c.indic != 0 {
-			c.compactTwo(heads, wheads)
-		}
-	}
-	return stop - bits.OnesCount64(heads)
-}
-
 // compactTwo drops the bytes of escapes from the bitmaps of two-byte
-// characters, and of Thai and Brahmic letters, as unescape does from the
+// characters, and of Thai and Brahmic letters, as classify does from the
 // others: one byte before each bit of heads, five before those of wheads.
-// (Its loop repeats unescape's for other bitmaps, so that each loop keeps
+// (Its loop repeats classify's for other bitmaps, so that each loop keeps
 // its bitmaps in registers.)
 func (c *classes) compactTwo(heads, wheads uint64) {
 	lead2, latin2, lower2 := c.lead2, c.latin2, c.lower2
@@ -817,7 +836,260 @@ func (c *Counter) blocks(s []byte, i int, json bool) (stop, retry int) {
 			return i, i + cl.raw(n)
 		}
 		cut := 63 - bits.LeadingZeros64(cuts)
-		c.block(&cl, b, cut, carry)
+		// Count the pieces of characters [0, cut): they are classified,
+		// and the replay is idle at 0, or inside a run of the
+		// per-character script carry, and at cut, or inside a run of a
+		// per-character script. The counting is in line, by kind of
+		// piece in scopes of their own: Latin words of ASCII letters
+		// and the function words among them, punctuation runs, white
+		// space and digit runs. In wasm a call costs more than most of
+		// what a part does (the arguments and results go through
+		// memory, and every value live across it is stored and loaded
+		// again: a call for each part cost 15 % of the block reader's
+		// time), so only letters beyond ASCII, which blocks of English
+		// or code have none of, take calls: accented Latin words
+		// (accentedWords) and the other scripts (nonLatinWords).
+		{
+			f := &c.feat
+			in := uint64(1)<<cut - 1 // the characters whose pieces are counted
+			// `[^\r\n\p{L}\p{N}]?\p{L}+`: a punctuation character that is a run
+			// of its own, not after a space, starts the word after it. joins
+			// marks the last bytes of such characters.
+			var joins uint64
+			{
+				punct, lead := cl.punct, cl.uni&^cl.cont
+				starts := punct &^ (punct << 1) &^ (cl.space << 1)
+				ends := punct &^ (punct >> 1)
+				letters := cl.letter | cl.multi
+				joins = ends & (starts | (starts&lead&^cl.lead2)<<2 | (starts&cl.lead2)<<1) & (letters >> 1) & in
+			}
+			letter := cl.letter // the letters of the words below
+			if cl.multi != 0 {
+				if cl.latin2 != 0 {
+					// words of accented letters, which the words below are
+					// not to see
+					letter &^= c.accentedWords(&cl, in, joins)
+				}
+				if cl.multi&^cl.latin2 != 0 {
+					c.nonLatinWords(&cl, in, joins, carry)
+				}
+			}
+
+			// Latin words of ASCII letters; joins marks the punctuation
+			// characters that start a word.
+			{
+				upper := cl.upper
+				// Prefixes and camel-case humps (only mixed-case words have any)
+				// for the whole block.
+				starts := letter &^ (letter << 1) & in
+				ends := letter &^ (letter >> 1) & in
+				f[FPrefixSpaceLatin] += pop(starts & (cl.space << 1))
+				f[FPrefixWSLatin] += pop(starts & (cl.blank << 1))
+				f[FPrefixPunctLatin] += pop(starts & (joins &^ cl.uni << 1))
+				f[FPrefixUniLatin] += pop(starts & (joins & cl.uni << 1))
+				lower := letter &^ upper
+				f[FLatinHumps] += pop(upper & (lower << 1) & in)
+
+				// Lower-case words, most of prose, by length for the whole block:
+				// run marks the lower-case letters that a word starts with, so a
+				// word end in it ends a lower-case word; ek marks those of at
+				// least k letters (the k-1 characters before the end are in run
+				// too, so in its word).
+				run := ((lower + starts&lower) ^ lower) & lower
+				e1 := ends & run
+				e2 := e1 & (run << 1)
+				e3 := e2 & (run << 2)
+				e4 := e3 & (run << 3)
+				e5 := e4 & (run << 4)
+				f[FLatinLower] += pop(e1 &^ e2)
+				f[FLatinLower+1] += pop(e2 &^ e3)
+				f[FLatinLower+2] += pop(e3 &^ e4)
+				f[FLatinLower+3] += pop(e4 &^ e5)
+
+				// Function words: the lower-case words of two to four letters,
+				// which end at the bits of short, looked up in the function-word
+				// table, packed from the raw bytes b. Their first letters are the
+				// word starts one or two characters before their ends, or three
+				// before the ends of four-letter words (a start three before a
+				// shorter word's end is a one-letter word's); in the raw bytes
+				// they are one byte further for each escaped character of cl
+				// before them, and four more for each that was a \u escape
+				// (wide).
+				short := e2 &^ e5
+				first := starts & (short>>1 | short>>2 | short&e4>>3)
+				switch escaped, wide := cl.escaped, cl.wide; {
+				case escaped == 0:
+				case wide == 0:
+					for x := escaped; x != 0; {
+						j := 63 - bits.LeadingZeros64(x)
+						x &^= 1 << j
+						keep := uint64(2)<<j - 1
+						first = first&keep | first&^keep<<1
+					}
+				default:
+					for x := escaped; x != 0; { // \u escapes: four bytes more
+						j := 63 - bits.LeadingZeros64(x)
+						x &^= 1 << j
+						keep := uint64(2)<<j - 1
+						first = first&keep | first&^keep<<(1+4*(wide>>j&1))
+					}
+				}
+				var counts uint32 // see langCount: at most 21 words of each kind in a block
+				for ; short != 0; short &= short - 1 {
+					end := bits.TrailingZeros64(short) & 63
+					n := 2 + int(e3>>end&1) + int(e4>>end&1)
+					counts += langCount(packLetters(jsonraw.Word(b, bits.TrailingZeros64(first)&63)) & keyMask[n&7])
+					first &= first - 1
+				}
+				c.english += counts & 0xFFFF
+				c.other += counts >> 16
+
+				e6 := e5 & (run << 5)
+				e7 := e6 & (run << 6)
+				e8 := e7 & (run << 7)
+				e9 := e8 & (run << 8)
+				e := e9 & (run << 9) // ten letters or more: counted one at a time below
+				f[FLatinLower+4] += pop(e5 &^ e6)
+				f[FLatinLower+5] += pop(e6 &^ e7)
+				f[FLatinLower+6] += pop(e7 &^ e8)
+				f[FLatinLower+7] += pop(e8 &^ e9)
+				f[FLatinLower+8] += pop(e9 &^ e)
+				// Longer words, and words with capitals (Title, UPPER, mixed), one
+				// at a time.
+				for rest := e | ends&^e1; rest != 0; rest &= rest - 1 {
+					end := bits.TrailingZeros64(rest) & 63
+					s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
+					n := uint32(end - s + 1)
+					shape := FLatinLower
+					if e>>end&1 == 0 {
+						up := pop(upper & (2<<end - 1<<s))
+						shape = FLatinMixed
+						if up == n {
+							shape = FLatinUpper
+						}
+						if up == 1 && upper>>s&1 != 0 {
+							shape = FLatinTitle
+						}
+					}
+					if n > latinLens {
+						f[FLatinLongChars] += n - latinLens
+						n = latinLens
+					}
+					f[shape+int(n)-1]++
+				}
+			}
+
+			// Punctuation runs (` ?[^\s\p{L}\p{N}]+[\r\n]*`) by length in
+			// characters; joins marks the one-character runs that start a word
+			// instead. Runs of ASCII characters are counted as lower-case words
+			// are: pk marks the ends of runs of at least k. Runs of one multi-byte
+			// character are counted for the block too, longer runs with one one
+			// at a time.
+			{
+				p, uni := cl.punct&in, cl.uni&in
+				starts := p &^ (p << 1)
+				ends := p &^ (p >> 1)
+				f[FPunctSpace] += pop(starts & (cl.space << 1))
+				f[FPunctNewline] += pop(cl.newline & (p << 1))
+				if uni != 0 {
+					// characters of three bytes, and of two (their first bytes: lead2)
+					single := ends & (starts | (starts&uni)<<2)
+					if lead2 := cl.lead2; lead2 == 0 {
+						f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
+					} else {
+						last2 := lead2 << 1
+						f[FPunctU2] += pop(uni&lead2) - pop(joins&uni&last2)
+						f[FPunctU3] += pop(uni&^cl.cont&^lead2) - pop(joins&uni&^last2)
+						single = ends & (starts | (starts&uni&^lead2)<<2 | (starts&lead2)<<1)
+					}
+					f[FPunct] += pop(single) - pop(joins)
+					for rest := ends &^ single; rest != 0; rest &= rest - 1 {
+						end := bits.TrailingZeros64(rest) & 63
+						s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
+						c.punctLength(pop(p &^ cl.cont & (2<<end - 1<<s)))
+					}
+				} else {
+					p2 := ends & (p << 1)
+					p3 := p2 & (p << 2)
+					p4 := p3 & (p << 3)
+					f[FPunct] += pop(ends&^p2) - pop(joins)
+					f[FPunct+1] += pop(p2 &^ p3)
+					f[FPunct+2] += pop(p3 &^ p4)
+					for rest := p4; rest != 0; rest &= rest - 1 {
+						end := bits.TrailingZeros64(rest) & 63
+						c.punctLength(uint32(end - (63 - bits.LeadingZeros64(starts&(2<<end-1))) + 1))
+					}
+				}
+			}
+
+			// White space. The newlines right after a punctuation run belong to
+			// it; the other white-space characters form runs, each cut into
+			// `\s*[\r\n]+` up to its last newline and the blanks after it (its
+			// trail), whose last character goes with what follows the run. Counts
+			// of characters leave out the bytes after the first of a multi-byte
+			// one, and the character before the last of a trail ends one, two or
+			// three bytes before it.
+			{
+				newline, punct, space := cl.newline, cl.punct, cl.space
+				letters := cl.letter | cl.multi
+				if newline|cl.blank|cl.doubled == 0 {
+					// Only ' ' (most blocks of prose): every run is a trail, of
+					// one byte per character, and none takes a newline.
+					ends := space &^ (space >> 1) & in
+					long := pop(ends & (space << 1))
+					f[FSpaceRuns] += long
+					f[FSpaceRunExtra] += pop(space&in) - long - pop(ends)
+					f[FLoneSpaces] += pop(ends &^ (letters>>1 | space&(punct>>1)))
+				} else {
+					extra := cl.doubled | cl.cont // bytes that start no character
+					absorbed := ((newline + newline&(punct<<1)) ^ newline) & newline
+					nl := newline &^ absorbed
+					bl := space | cl.blank
+					ws := bl | nl
+					trailEnds := bl &^ (ws >> 1) & in // last bytes of trails
+					nTrails := pop(trailEnds)
+					two := (cl.doubled | cl.lead2) << 1                                     // last bytes of two-byte characters
+					three := bl & cl.cont &^ (cl.cont >> 1) &^ two                          // and of three-byte ones
+					long := pop(trailEnds & (bl<<1&^(two|three) | bl<<2&two | bl<<3&three)) // trails of two or more
+					// Blanks followed by a newline of their run (rare): walk
+					// back to the start of their segment.
+					var preBlanks, preRuns uint32
+					for pre := bl & (nl >> 1) & in; pre != 0; pre &= pre - 1 {
+						m := bits.TrailingZeros64(pre)
+						a := bits.Len64(^bl & (1<<m - 1))
+						preBlanks += uint32(m-a+1) - pop(extra&(2<<m-1)>>a<<a)
+						if a == 0 || ws>>(a-1)&1 == 0 {
+							preRuns++ // the segment starts its run
+						}
+					}
+					runs := pop(ws &^ (ws << 1) & in)
+					blankRuns := pop(bl&^(ws<<1)&in) - preRuns // runs without a newline
+					nlRuns := runs - blankRuns
+					f[FNewlineRuns] += nlRuns
+					f[FNewlineRunExtra] += pop(nl&^extra&in) + preBlanks - nlRuns
+					f[FSpaceRuns] += long
+					f[FSpaceRunExtra] += pop(bl&^extra&in) - preBlanks - long - nTrails
+					f[FLoneSpaces] += pop(trailEnds &^ (letters>>1 | space&(punct>>1)))
+					f[FTabs] += pop(cl.tab &^ extra & in)
+				}
+			}
+
+			// Digit runs: ⌈n/3⌉ groups each, the group starts found three
+			// digits at a time: those of runs of up to nine digits without a
+			// loop, whose trip count would follow the lengths of numbers (JSON
+			// has many), the rest in one.
+			digit := cl.digit
+			if groups := digit &^ (digit << 1) & in; groups != 0 {
+				three := digit & (digit << 1) & (digit << 2)
+				second := groups << 3 & three
+				third := second << 3 & three
+				n := pop(groups) + pop(second) + pop(third)
+				for more := third << 3 & three; more != 0; more = more << 3 & three {
+					n += pop(more)
+				}
+				f[FDigitGroups] += n
+			}
+		}
 		carry = 0
 		if within>>cut&1 != 0 {
 			carry = runScript(&cl, cut)
@@ -878,141 +1150,9 @@ func modelled(x uint64) bool {
 	return (x&(x<<1)&(x<<2)&(x<<3)|e1)&highs == 0
 }
 
-// block counts the pieces of characters [0, cut) of a block whose bitmaps
-// are cl; b holds its raw bytes (windowLen of them). Characters up to cut
-// are classified; the replay is idle at 0, or inside a run of the
-// per-character script carry, and at cut, or inside a run of a
-// per-character script. The work is split by kind of piece so that each
-// part keeps its bitmaps in registers.
-func (c *Counter) block(cl *classes, b []byte, cut int, carry uint8) {
-	in := uint64(1)<<cut - 1 // the characters whose pieces are counted
-	// `[^\r\n\p{L}\p{N}]?\p{L}+`: a punctuation character that is a run
-	// of its own, not after a space, starts the word after it. joins
-	// marks the last bytes of such characters.
-	punct, lead := cl.punct, cl.uni&^cl.cont
-	starts := punct &^ (punct << 1) &^ (cl.space << 1)
-	ends := punct &^ (punct >> 1)
-	letters := cl.letter | cl.multi
-	joins := ends & (starts | (starts&lead&^cl.lead2)<<2 | (starts&cl.lead2)<<1) & (letters >> 1) & in
-	if cl.multi != 0 {
-		c.nonLatinBlock(cl, b, in, joins, carry)
-	} else {
-		c.words(cl, b, in, joins)
-		c.punctRuns(cl, in, joins)
-		c.whiteSpace(cl, in)
-	}
-	// Digit runs: ⌈n/3⌉ groups each, the group starts found three
-	// digits at a time: those of runs of up to nine digits without a
-	// loop, whose trip count would follow the lengths of numbers (JSON
-	// has many), the rest in one.
-	digit := cl.digit
-	if groups := digit &^ (digit << 1) & in; groups != 0 {
-		three := digit & (digit << 1) & (digit << 2)
-		second := groups << 3 & three
-		third := second << 3 & three
-		n := pop(groups) + pop(second) + pop(third)
-		for more := third << 3 & three; more != 0; more = more << 3 & three {
-			n += pop(more)
-		}
-		c.feat[FDigitGroups] += n
-	}
-}
-
-// nonLatinBlock is block's counting for a block with letters beyond ASCII:
-// accented Latin ones (accentedWords) or those of other scripts
-// (nonLatinWords). Such a block often has no ASCII letter or no white space
-// at all, and words and whiteSpace then count nothing: they are skipped
-// there (elsewhere the test would only add a branch).
-func (c *Counter) nonLatinBlock(cl *classes, b []byte, in, joins uint64, carry uint8) {
-	if cl.latin2 != 0 {
-		// words is to see the other words only
-		letter := cl.letter
-		cl.letter &^= c.accentedWords(cl, in, joins)
-		if cl.letter&in != 0 {
-			c.words(cl, b, in, joins)
-		}
-		cl.letter = letter
-	} else if cl.letter&in != 0 {
-		c.words(cl, b, in, joins)
-	}
-	if cl.multi&^cl.latin2 != 0 {
-		c.nonLatinWords(cl, in, joins, carry)
-	}
-	c.punctRuns(cl, in, joins)
-	if (cl.space|cl.blank|cl.newline)&in != 0 {
-		c.whiteSpace(cl, in)
-	}
-}
-
-// words counts the Latin words of ASCII letters of a block (see block);
-// joins marks the punctuation characters that start a word.
-func (c *Counter) words(cl *classes, b []byte, in, joins uint64) {
-	letter, upper := cl.letter, cl.upper
-	f := &c.feat
-	// Prefixes and camel-case humps (only mixed-case words have any) for
-	// the whole block.
-	starts := letter &^ (letter << 1) & in
-	ends := letter &^ (letter >> 1) & in
-	f[FPrefixSpaceLatin] += pop(starts & (cl.space << 1))
-	f[FPrefixWSLatin] += pop(starts & (cl.blank << 1))
-	f[FPrefixPunctLatin] += pop(starts & (joins &^ cl.uni << 1))
-	f[FPrefixUniLatin] += pop(starts & (joins & cl.uni << 1))
-	lower := letter &^ upper
-	f[FLatinHumps] += pop(upper & (lower << 1) & in)
-
-	// Lower-case words, most of prose, by length for the whole block: run
-	// marks the lower-case letters that a word starts with, so a word end
-	// in it ends a lower-case word; ek marks those of at least k letters
-	// (the k-1 characters before the end are in run too, so in its word).
-	run := ((lower + starts&lower) ^ lower) & lower
-	e1 := ends & run
-	e2 := e1 & (run << 1)
-	e3 := e2 & (run << 2)
-	e4 := e3 & (run << 3)
-	e5 := e4 & (run << 4)
-	f[FLatinLower] += pop(e1 &^ e2)
-	f[FLatinLower+1] += pop(e2 &^ e3)
-	f[FLatinLower+2] += pop(e3 &^ e4)
-	f[FLatinLower+3] += pop(e4 &^ e5)
-	c.functionWords(b, starts, e2&^e5, e3, e4, cl)
-	e6 := e5 & (run << 5)
-	e7 := e6 & (run << 6)
-	e8 := e7 & (run << 7)
-	e9 := e8 & (run << 8)
-	e := e9 & (run << 9) // ten letters or more: counted one at a time below
-	f[FLatinLower+4] += pop(e5 &^ e6)
-	f[FLatinLower+5] += pop(e6 &^ e7)
-	f[FLatinLower+6] += pop(e7 &^ e8)
-	f[FLatinLower+7] += pop(e8 &^ e9)
-	f[FLatinLower+8] += pop(e9 &^ e)
-	// Longer words, and words with capitals (Title, UPPER, mixed), one at
-	// a time.
-	for rest := e | ends&^e1; rest != 0; rest &= rest - 1 {
-		end := bits.TrailingZeros64(rest) & 63
-		s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
-		n := uint32(end - s + 1)
-		shape := FLatinLower
-		if e>>end&1 == 0 {
-			up := pop(upper & (2<<end - 1<<s))
-			shape = FLatinMixed
-			if up == n {
-				shape = FLatinUpper
-			}
-			if up == 1 && upper>>s&1 != 0 {
-				shape = FLatinTitle
-			}
-		}
-		if n > latinLens {
-			f[FLatinLongChars] += n - latinLens
-			n = latinLens
-		}
-		f[shape+int(n)-1]++
-	}
-}
-
-// accentedWords counts the Latin words of a block (see block) that hold
-// accented letters (two bytes each: latin2), one at a time, as words counts
-// the others, and returns their bytes, which words is then not to see. No
+// accentedWords counts the Latin words of a block (see blocks) that hold
+// accented letters (two bytes each: latin2), one at a time, as blocks counts
+// the others, and returns their bytes, which the ASCII words are then not to see. No
 // function word has an accent.
 func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
 	f := &c.feat
@@ -1058,7 +1198,7 @@ func (c *Counter) accentedWords(cl *classes, in, joins uint64) uint64 {
 }
 
 // nonLatinWords counts the letters of scripts other than Latin of a block
-// (see block): characters and runs of the per-character scripts (Han,
+// (see blocks): characters and runs of the per-character scripts (Han,
 // kana, Hangul, Thai, Brahmic), words of the alphabets by length, the
 // script changes inside letter runs, and the prefixes of letter runs that
 // start with one of them; joins marks the punctuation characters that
@@ -1140,93 +1280,6 @@ func (c *Counter) scriptRuns(m, cont, in, prev, carried uint64, carries bool, ch
 	return m &^ same & (prev &^ same)
 }
 
-// functionWords looks up the lower-case words of two to four letters of a
-// block, which end at the bits of short (e3, e4: the ends of words of at
-// least three and four letters), in the function-word table, packing them
-// from the raw bytes b. Their first letters are the word starts one or
-// two characters before their ends, or three before the ends of
-// four-letter words (a start three before a shorter word's end is a
-// one-letter word's); in the raw bytes they are one byte further for each
-// escaped character of cl before them, and four more for each that was a
-// \u escape (wide): where compress compacted the bitmaps, a deposit into
-// the raw bytes it kept puts them there at once (a loop over the escapes
-// has as many turns as the block has escapes, which in JSON text the
-// branch predictor cannot foresee).
-func (c *Counter) functionWords(b []byte, starts, short, e3, e4 uint64, cl *classes) {
-	b = b[:windowLen]
-	first := starts & (short>>1 | short>>2 | short&e4>>3)
-	switch escaped, wide := cl.escaped, cl.wide; {
-	case escaped == 0:
-	case wide == 0:
-		for x := escaped; x != 0; {
-			j := 63 - bits.LeadingZeros64(x)
-			x &^= 1 << j
-			keep := uint64(2)<<j - 1
-			first = first&keep | first&^keep<<1
-		}
-	default:
-		for x := escaped; x != 0; { // \u escapes: four bytes more
-			j := 63 - bits.LeadingZeros64(x)
-			x &^= 1 << j
-			keep := uint64(2)<<j - 1
-			first = first&keep | first&^keep<<(1+4*(wide>>j&1))
-		}
-	}
-	var counts uint32 // see langCount: at most 21 words of each kind in a block
-	for ; short != 0; short &= short - 1 {
-		end := bits.TrailingZeros64(short) & 63
-		n := 2 + int(e3>>end&1) + int(e4>>end&1)
-		counts += langCount(packLetters(jsonraw.Word(b, bits.TrailingZeros64(first)&63)) & keyMask[n&7])
-		first &= first - 1
-	}
-	c.english += counts & 0xFFFF
-	c.other += counts >> 16
-}
-
-// punctRuns counts the punctuation runs (` ?[^\s\p{L}\p{N}]+[\r\n]*`) of
-// a block (see block) by length in characters; joins marks the
-// one-character runs that start a word instead. Runs of ASCII characters
-// are counted as words counts lower-case words: pk marks the ends of runs
-// of at least k. Runs of one multi-byte character are counted for the
-// block too, longer runs with one one at a time.
-func (c *Counter) punctRuns(cl *classes, in, joins uint64) {
-	f := &c.feat
-	p, uni := cl.punct&in, cl.uni&in
-	starts := p &^ (p << 1)
-	ends := p &^ (p >> 1)
-	f[FPunctSpace] += pop(starts & (cl.space << 1))
-	f[FPunctNewline] += pop(cl.newline & (p << 1))
-	if uni != 0 {
-		// characters of three bytes, and of two (their first bytes: lead2)
-		single := ends & (starts | (starts&uni)<<2)
-		if lead2 := cl.lead2; lead2 == 0 {
-			f[FPunctU3] += pop(uni&^cl.cont) - pop(joins&uni)
-		} else {
-			last2 := lead2 << 1
-			f[FPunctU2] += pop(uni&lead2) - pop(joins&uni&last2)
-			f[FPunctU3] += pop(uni&^cl.cont&^lead2) - pop(joins&uni&^last2)
-			single = ends & (starts | (starts&uni&^lead2)<<2 | (starts&lead2)<<1)
-		}
-		f[FPunct] += pop(single) - pop(joins)
-		for rest := ends &^ single; rest != 0; rest &= rest - 1 {
-			end := bits.TrailingZeros64(rest) & 63
-			s := 63 - bits.LeadingZeros64(starts&(2<<end-1))
-			c.punctLength(pop(p &^ cl.cont & (2<<end - 1<<s)))
-		}
-		return
-	}
-	p2 := ends & (p << 1)
-	p3 := p2 & (p << 2)
-	p4 := p3 & (p << 3)
-	f[FPunct] += pop(ends&^p2) - pop(joins)
-	f[FPunct+1] += pop(p2 &^ p3)
-	f[FPunct+2] += pop(p3 &^ p4)
-	for rest := p4; rest != 0; rest &= rest - 1 {
-		end := bits.TrailingZeros64(rest) & 63
-		c.punctLength(uint32(end - (63 - bits.LeadingZeros64(starts&(2<<end-1))) + 1))
-	}
-}
-
 // punctLength counts a punctuation run of n characters by its length.
 func (c *Counter) punctLength(n uint32) {
 	if n > punctLens {
@@ -1234,59 +1287,6 @@ func (c *Counter) punctLength(n uint32) {
 		n = punctLens
 	}
 	c.feat[FPunct+int(n)-1]++
-}
-
-// whiteSpace counts the white-space pieces of a block (see block). The
-// newlines right after a punctuation run belong to it; the other
-// white-space characters form runs, each cut into `\s*[\r\n]+` up to its
-// last newline and the blanks after it (its trail), whose last character
-// goes with what follows the run. Counts of characters leave out the bytes
-// after the first of a multi-byte one, and the character before the last
-// of a trail ends one, two or three bytes before it.
-func (c *Counter) whiteSpace(cl *classes, in uint64) {
-	f := &c.feat
-	newline, punct, space := cl.newline, cl.punct, cl.space
-	letters := cl.letter | cl.multi
-	if newline|cl.blank|cl.doubled == 0 {
-		// Only ' ' (most blocks of prose): every run is a trail, of
-		// one byte per character, and none takes a newline.
-		ends := space &^ (space >> 1) & in
-		long := pop(ends & (space << 1))
-		f[FSpaceRuns] += long
-		f[FSpaceRunExtra] += pop(space&in) - long - pop(ends)
-		f[FLoneSpaces] += pop(ends &^ (letters>>1 | space&(punct>>1)))
-		return
-	}
-	extra := cl.doubled | cl.cont // bytes that start no character
-	absorbed := ((newline + newline&(punct<<1)) ^ newline) & newline
-	nl := newline &^ absorbed
-	bl := space | cl.blank
-	ws := bl | nl
-	trailEnds := bl &^ (ws >> 1) & in // last bytes of trails
-	nTrails := pop(trailEnds)
-	two := (cl.doubled | cl.lead2) << 1                                     // last bytes of two-byte characters
-	three := bl & cl.cont &^ (cl.cont >> 1) &^ two                          // and of three-byte ones
-	long := pop(trailEnds & (bl<<1&^(two|three) | bl<<2&two | bl<<3&three)) // trails of two or more
-	// Blanks followed by a newline of their run (rare): walk back to
-	// the start of their segment.
-	var preBlanks, preRuns uint32
-	for pre := bl & (nl >> 1) & in; pre != 0; pre &= pre - 1 {
-		m := bits.TrailingZeros64(pre)
-		a := bits.Len64(^bl & (1<<m - 1))
-		preBlanks += uint32(m-a+1) - pop(extra&(2<<m-1)>>a<<a)
-		if a == 0 || ws>>(a-1)&1 == 0 {
-			preRuns++ // the segment starts its run
-		}
-	}
-	runs := pop(ws &^ (ws << 1) & in)
-	blankRuns := pop(bl&^(ws<<1)&in) - preRuns // runs without a newline
-	nlRuns := runs - blankRuns
-	f[FNewlineRuns] += nlRuns
-	f[FNewlineRunExtra] += pop(nl&^extra&in) + preBlanks - nlRuns
-	f[FSpaceRuns] += long
-	f[FSpaceRunExtra] += pop(bl&^extra&in) - preBlanks - long - nTrails
-	f[FLoneSpaces] += pop(trailEnds &^ (letters>>1 | space&(punct>>1)))
-	f[FTabs] += pop(cl.tab &^ extra & in)
 }
 
 func pop(x uint64) uint32 { return uint32(bits.OnesCount64(x)) }
