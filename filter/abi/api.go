@@ -138,6 +138,15 @@ func GetHttpRequestHeaders() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpRequestHeaders)
 }
 
+// VisitHttpRequestHeaders calls fn with each request header in order, read
+// with one host call and no allocation: key and value lie in memory the
+// next read reuses, so they are valid only while fn runs (copy what you
+// keep; string(value) does). An unavailable map is
+// types.ErrorStatusNotFound, as for GetHttpRequestHeaders.
+func VisitHttpRequestHeaders(fn func(key, value []byte)) error {
+	return visitMap(abispec.MapTypeHttpRequestHeaders, fn)
+}
+
 // GetHttpRequestHeader returns the first value of request header key.
 func GetHttpRequestHeader(key string) (string, error) {
 	return getMapValue(abispec.MapTypeHttpRequestHeaders, key)
@@ -240,6 +249,12 @@ func ReplaceHttpRequestTrailers(trailers [][2]string) error {
 // or while the response is paused).
 func GetHttpResponseHeaders() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpResponseHeaders)
+}
+
+// VisitHttpResponseHeaders is VisitHttpRequestHeaders for the response
+// headers.
+func VisitHttpResponseHeaders(fn func(key, value []byte)) error {
+	return visitMap(abispec.MapTypeHttpResponseHeaders, fn)
 }
 
 // GetHttpResponseHeader returns the first value of response header key.
@@ -374,6 +389,12 @@ func GetHttpCallResponseHeaders() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpCallResponseHeaders)
 }
 
+// VisitHttpCallResponseHeaders is VisitHttpRequestHeaders for the
+// http-call response headers; only inside a DispatchHttpCall callback.
+func VisitHttpCallResponseHeaders(fn func(key, value []byte)) error {
+	return visitMap(abispec.MapTypeHttpCallResponseHeaders, fn)
+}
+
 // GetHttpCallResponseBody returns up to maxSize bytes of the http-call
 // response body from start; only inside a DispatchHttpCall callback.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
@@ -398,6 +419,25 @@ func GetStatus() (code uint32, message string, err error) { return getStatus() }
 // writes an empty value and treats empty as absent.
 func GetSharedData(key string) (value []byte, cas uint32, err error) {
 	return getSharedData(key)
+}
+
+// GetSharedDataUnder is GetSharedData(prefix + key) without building the
+// joined key as a string: in the VM it is written into a buffer the host
+// reads during the call, sparing an allocation per access.
+func GetSharedDataUnder(prefix, key string) (value []byte, cas uint32, err error) {
+	if prefix == "" {
+		return getSharedData(key)
+	}
+	return getSharedData(joinKey(prefix, key))
+}
+
+// SetSharedDataUnder is SetSharedData(prefix + key, data, cas), as
+// GetSharedDataUnder.
+func SetSharedDataUnder(prefix, key string, data []byte, cas uint32) error {
+	if prefix == "" {
+		return setSharedData(key, data, cas)
+	}
+	return setSharedData(joinKey(prefix, key), data, cas)
 }
 
 // SetSharedData stores data under key if cas still matches (cas 0 always

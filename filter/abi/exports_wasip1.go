@@ -57,13 +57,50 @@ var allocations [][]byte
 //
 //go:wasmexport proxy_on_memory_allocate
 func proxyOnMemoryAllocate(size uint32) *byte {
+	if scratch.armed {
+		// one allocation per host call: a second one is not the read's
+		scratch.armed = false
+		if size <= maxScratch {
+			if uint32(cap(scratch.buf)) < size {
+				scratch.buf = make([]byte, max(size, minScratch))
+			}
+			scratch.handed = true
+			return unsafe.SliceData(scratch.buf)
+		}
+	}
 	b := make([]byte, max(size, 1))
 	allocations = append(allocations, b)
 	return &b[0]
 }
 
+// scratch is the memory a transient read (callScratch) has the host write
+// into instead of a fresh allocation: one buffer per VM, kept between
+// callbacks, overwritten by the next transient read. Its data is only ever
+// handed to code that uses it before returning (the header visitors), so
+// no reference outlives it; busy marks such a use, during which another
+// transient read allocates as usual.
+var scratch struct {
+	buf                 []byte
+	armed, handed, busy bool
+}
+
+// The scratch buffer starts at minScratch and grows to the largest
+// transient read up to maxScratch (a request's headers are ~0.2–2 KB;
+// Envoy's limit is 60 KiB); a larger read is a fresh allocation as before.
+// Wasm memory never shrinks, so maxScratch is what a VM keeps at most.
+const (
+	minScratch = 1 << 10
+	maxScratch = 16 << 10
+)
+
 // claim returns the allocation at ptr, cut to size, and forgets it.
 func claim(ptr, size uint32) ([]byte, error) {
+	if scratch.handed {
+		scratch.handed = false
+		if ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(scratch.buf)))) && int(size) <= len(scratch.buf) {
+			return scratch.buf[:size:size], nil
+		}
+	}
 	for i := len(allocations) - 1; i >= 0; i-- {
 		b := allocations[i]
 		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
@@ -86,6 +123,7 @@ func claim(ptr, size uint32) ([]byte, error) {
 func enter(contextID uint32) {
 	clear(allocations)
 	allocations = allocations[:0]
+	scratch.armed, scratch.handed, scratch.busy = false, false, false
 	guards.active = contextID
 }
 

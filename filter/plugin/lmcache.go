@@ -193,10 +193,10 @@ func (s *stream) lmcacheDecode() {
 	s.resume()
 }
 
-func (s *stream) lmcacheResponseHeaders(endOfStream bool) types.Action {
+func (s *stream) lmcacheResponseHeaders(head responseHead, endOfStream bool) types.Action {
 	s.responseStarted = true
 	lm := s.lm
-	if !lm.decoding || endOfStream || responseHeader(":status") != "200" {
+	if !lm.decoding || endOfStream || head.status != 200 {
 		lm.passthrough = true // fallback, or the decoder's own error
 		return types.ActionContinue
 	}

@@ -75,6 +75,9 @@ type rootContext struct {
 	// prefillBody is the buffer nixl/orchestrated prefill bodies are built
 	// in (startNIXL), kept between requests where the host copies them.
 	prefillBody []byte
+	// headerBuf gathers the request header values a stream keeps
+	// (readRequestHeaders), kept between requests.
+	headerBuf []byte
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.
@@ -155,7 +158,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 	}
 	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))
 	r.instance = binary.LittleEndian.Uint64(seed[16:]) | 1
-	r.store = lb.WithPrefix(sharedData{}, cfg.SharedDataPrefix)
+	r.store = newSharedData(cfg.SharedDataPrefix)
 	if cfg.Discovery != nil {
 		if err := r.newDynamicBalancers(cfg); err != nil {
 			return err
@@ -246,19 +249,28 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	return s
 }
 
-// sharedData is lb.Store over proxy-wasm shared data.
-type sharedData struct{}
+// sharedData is lb.Store over proxy-wasm shared data, its keys under
+// prefix: lb.WithPrefix's layout (prefix + "/" + key, none for an empty
+// prefix), the keys joined by abi rather than concatenated on every access.
+type sharedData struct{ prefix string }
 
-func (sharedData) Get(key string) ([]byte, uint32, error) {
-	v, cas, err := abi.GetSharedData(key)
+func newSharedData(prefix string) sharedData {
+	if prefix == "" {
+		return sharedData{}
+	}
+	return sharedData{prefix: prefix + "/"}
+}
+
+func (d sharedData) Get(key string) ([]byte, uint32, error) {
+	v, cas, err := abi.GetSharedDataUnder(d.prefix, key)
 	if errors.Is(err, types.ErrorStatusNotFound) {
 		return nil, 0, lb.ErrNotFound
 	}
 	return v, cas, err
 }
 
-func (sharedData) Set(key string, value []byte, cas uint32) error {
-	err := abi.SetSharedData(key, value, cas)
+func (d sharedData) Set(key string, value []byte, cas uint32) error {
+	err := abi.SetSharedDataUnder(d.prefix, key, value, cas)
 	if errors.Is(err, types.ErrorStatusCasMismatch) {
 		return lb.ErrCasMismatch
 	}

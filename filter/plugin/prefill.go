@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -17,9 +16,10 @@ import (
 // only place Envoy serves it).
 type callAnswer struct {
 	// status is the HTTP status; 0 when the call was reset.
-	status  int
-	headers [][2]string
-	body    []byte
+	status int
+	// contentType is the answer's content-type ("" when none).
+	contentType string
+	body        []byte
 }
 
 // readCallAnswer reads the answer of the http call whose callback runs now.
@@ -28,25 +28,30 @@ func readCallAnswer(numHeaders, bodySize int) callAnswer {
 		return callAnswer{} // reset: proxy_get_status says 11 "reset"
 	}
 	var a callAnswer
-	a.headers, _ = abi.GetHttpCallResponseHeaders()
-	for _, h := range a.headers {
-		if h[0] == ":status" {
-			a.status, _ = strconv.Atoi(h[1])
+	var contentType bool
+	_ = abi.VisitHttpCallResponseHeaders(func(key, value []byte) {
+		switch string(key) {
+		case ":status":
+			a.status = atoi(value) // the last, as before
+		case "content-type":
+			if !contentType {
+				contentType, a.contentType = true, keepContentType(value)
+			}
 		}
-	}
+	})
 	if bodySize > 0 {
 		a.body, _ = abi.GetHttpCallResponseBody(0, bodySize)
 	}
 	return a
 }
 
-func (a callAnswer) header(key string) string {
-	for _, h := range a.headers {
-		if h[0] == key {
-			return h[1]
-		}
+// keepContentType is a copy of a content-type value, sparing the copy of
+// the usual one.
+func keepContentType(v []byte) string {
+	if string(v) == "application/json" {
+		return "application/json"
 	}
-	return ""
+	return string(v)
 }
 
 // dispatch sends an http call to endpoint e with the stream's request id
@@ -182,7 +187,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 // callback: relay the engine's 4xx, fall back to the decoder, or fail.
 func (s *stream) onPrefillFailed(o config.PrefillOutcome, a callAnswer) {
 	if o == config.PrefillRejected {
-		ct := a.header("content-type")
+		ct := a.contentType
 		if ct == "" {
 			ct = "application/json"
 		}

@@ -39,10 +39,15 @@ type stream struct {
 	r  *rootContext
 	id uint32
 
-	// From the request headers.
+	// From the request headers (readRequestHeaders).
 	method, path, contentType, authority, authorization string
-	api                                                 config.API
-	handled                                             bool
+	// clientRequestID is the client's x-request-id ("" when none).
+	clientRequestID string
+	// hasContentLength: the request headers carry a content-length, which
+	// a body edit must then fix.
+	hasContentLength bool
+	api              config.API
+	handled          bool
 
 	// bodyLen is the request body's length in Envoy's buffer.
 	bodyLen int
@@ -94,12 +99,14 @@ func (s *stream) cfg() *config.Config { return s.r.cfg }
 
 func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	cfg := s.cfg()
+	h := s.readRequestHeaders()
 	// Headers that steer Envoy's routing are the filter's alone.
-	removeHeader(cfg.RouteHeader)
-	removeHeader(originalDstHeader)
-	s.method = header(":method")
-	s.path = header(":path")
-	s.contentType = header("content-type")
+	if h.routeHeader {
+		removeHeader(cfg.RouteHeader)
+	}
+	if h.originalDst {
+		removeHeader(originalDstHeader)
+	}
 	if cfg.DebugPath != "" && s.method == "GET" && s.path == cfg.DebugPath {
 		s.route = pathPassthrough
 		s.reply(200, [][2]string{{"content-type", "application/json"}}, s.r.debugAnswer(time.Now()))
@@ -117,13 +124,11 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 			abi.LogWarnf("pdroute: stream %d: set content-type: %v", s.id, err)
 		}
 	}
-	s.authority = header(":authority")
-	s.authorization = header("authorization")
 	if endOfStream {
 		s.fail(apierr.MalformedJSON, "empty body")
 		return types.ActionPause
 	}
-	if n, err := strconv.Atoi(header("content-length")); err == nil && n > cfg.MaxBodyBytes {
+	if n, err := strconv.Atoi(h.contentLength); err == nil && n > cfg.MaxBodyBytes {
 		s.fail(apierr.BodyTooLarge, fmt.Sprintf("%d bytes, limit %d", n, cfg.MaxBodyBytes))
 		return types.ActionPause
 	}
@@ -325,7 +330,7 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 func (s *stream) setRequestID() {
 	var random [16]byte
 	_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
-	s.reqID = connector.RequestID(header("x-request-id"), random)
+	s.reqID = connector.RequestID(s.clientRequestID, random)
 	if err := abi.ReplaceHttpRequestHeader("x-request-id", s.reqID); err != nil {
 		abi.LogWarnf("pdroute: stream %d: set x-request-id: %v", s.id, err)
 	}
@@ -428,7 +433,7 @@ func (s *stream) editBody(e connector.BodyEdit) {
 		return
 	}
 	s.bodyLen = e.Len(s.bodyLen)
-	if !s.early && header("content-length") != "" {
+	if !s.early && s.hasContentLength {
 		if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
 			abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
 		}
@@ -507,10 +512,11 @@ func (s *stream) reply(status int, headers [][2]string, body []byte) {
 
 func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	now := time.Now()
+	head := readResponseHeaders()
 	if !s.localReply && s.decode != nil && !s.decodeReported {
 		s.decodeReported = true
 		outcome := lb.Success
-		if st, _ := strconv.Atoi(responseHeader(":status")); st >= 500 {
+		if head.status >= 500 {
 			outcome = lb.Failure
 		}
 		_ = s.decode.Report(now, outcome)
@@ -518,11 +524,11 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if s.cfg().DebugHeaders && s.route != "" {
 		s.addDebugHeaders()
 	}
-	if !s.localReply && s.decode != nil && s.plainErrorHeaders(endOfStream) {
+	if !s.localReply && s.decode != nil && s.plainErrorHeaders(head, endOfStream) {
 		return types.ActionContinue // decodeerr.go
 	}
 	if s.lm != nil && !s.localReply {
-		return s.lmcacheResponseHeaders(endOfStream)
+		return s.lmcacheResponseHeaders(head, endOfStream)
 	}
 	if s.sg != nil && !s.localReply {
 		return s.sglangResponseHeaders(endOfStream)
@@ -584,22 +590,6 @@ func (s *stream) releaseAll() {
 	if s.decode != nil {
 		s.decode.Release(now)
 	}
-}
-
-func header(key string) string {
-	v, err := abi.GetHttpRequestHeader(key)
-	if err != nil {
-		return ""
-	}
-	return v
-}
-
-func responseHeader(key string) string {
-	v, err := abi.GetHttpResponseHeader(key)
-	if err != nil {
-		return ""
-	}
-	return v
 }
 
 func removeHeader(key string) {
