@@ -126,7 +126,7 @@ func (s *stream) onLMCacheAnswer(a callAnswer) {
 	var ans connector.PrefillAnswer
 	usable := false
 	if a.status >= 200 && a.status < 300 {
-		if p, err := connector.ParsePrefillAnswer(a.body); err == nil {
+		if p, err := connector.ParsePrefillAnswerIn(a.body, &s.r.index); err == nil {
 			ans, usable = p, p.Usable(config.ModeLMCache)
 		}
 	}

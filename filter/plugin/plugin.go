@@ -69,8 +69,9 @@ type rootContext struct {
 	// toolCacheBytes.
 	tools *tokenest.Cache
 	// index is where the top-level members of the body being decided are,
-	// as the estimate found them (one callback at a time uses it; its
-	// slice keeps its room between requests)
+	// as the estimate found them, and the working index of a prefill
+	// answer's read (one callback at a time uses it; its slice keeps its
+	// room between requests)
 	index tokenest.Index
 	// prefillBody is the buffer nixl/orchestrated prefill bodies are built
 	// in (startNIXL), kept between requests where the host copies them.
