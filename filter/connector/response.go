@@ -179,7 +179,6 @@ func stringValue(raw []byte) []byte {
 	return nil
 }
 
-
 // Usable reports whether the answer lets mode m build its decode request:
 // kv_transfer_params present (nixl, orchestrated) or first_tok present
 // (lmcache). sglang reads nothing from the prefill answer.
