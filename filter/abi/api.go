@@ -180,6 +180,16 @@ func GetHttpRequestBody(start, maxSize int) ([]byte, error) {
 	return getBuffer(abispec.BufferTypeHttpRequestBody, start, maxSize)
 }
 
+// GetHttpRequestBodyInto is GetHttpRequestBody reading into dst's room:
+// when the body fits, the host writes it there and the result aliases dst;
+// otherwise the result is a fresh allocation with some room to spare, which
+// the caller may keep as its next dst. A caller that reuses one buffer so
+// spares a body-sized allocation (and its zeroing) per read, and must not
+// keep the result, or anything aliasing it, past the next read into dst.
+func GetHttpRequestBodyInto(dst []byte, start, maxSize int) ([]byte, error) {
+	return getBufferInto(abispec.BufferTypeHttpRequestBody, dst, start, maxSize)
+}
+
 // AppendHttpRequestBody appends data to the buffered request body. The
 // caller fixes or removes content-length when the length changes.
 func AppendHttpRequestBody(data []byte) error {

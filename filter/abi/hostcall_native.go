@@ -122,6 +122,19 @@ func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
 	return sdkBuffers[t].get(start, maxSize)
 }
 
+// getBufferInto copies into dst's room, so that natively too the result
+// aliases dst, as in the VM when it fits.
+func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
+	b, err := getBuffer(t, start, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return b, nil
+	}
+	return append(dst[:0], b...), nil
+}
+
 func setBuffer(t abispec.BufferType, op bufferOp, data []byte) error {
 	b := sdkBuffers[t]
 	switch op {

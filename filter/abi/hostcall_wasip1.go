@@ -175,15 +175,29 @@ func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
 	return claim(hostReturn.ptr, hostReturn.size)
 }
 
+// callInto is callReturning writing the data into dst's room when it fits
+// (the result then aliases dst), else into a fresh allocation whose room
+// the caller may keep (adopt) for the next read.
+func callInto(dst []byte, adopt bool, call func(ptr, size *uint32) uint32) ([]byte, error) {
+	into.dst, into.armed, into.adopt = dst[:cap(dst)], true, adopt
+	b, err := callReturning(call)
+	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
+	return b, err
+}
+
 // callScratch is callReturning for data the caller reads only before its
 // next host call that returns data, never keeping a reference to it: the
 // host writes it into the VM's scratch buffer rather than a fresh
 // allocation (unless the buffer is busy or the data larger than
 // maxScratch). An OK status with no data is (nil, nil).
 func callScratch(call func(ptr, size *uint32) uint32) ([]byte, error) {
-	scratch.armed = !scratch.busy
-	b, err := callReturning(call)
-	scratch.armed, scratch.handed = false, false
+	if scratch.busy {
+		return callReturning(call)
+	}
+	b, err := callInto(scratch.buf, true, call)
+	if cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
+		scratch.buf = b[:0]
+	}
 	return b, err
 }
 
@@ -246,6 +260,17 @@ func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
 	return callReturningData(func(ptr, size *uint32) uint32 {
 		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
 	})
+}
+
+// getBufferInto is getBuffer into dst's room (callInto).
+func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
+	b, err := callInto(dst, true, func(ptr, size *uint32) uint32 {
+		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
+	})
+	if err == nil && b == nil {
+		return nil, types.ErrorStatusNotFound
+	}
+	return b, err
 }
 
 // setBuffer maps the operation onto proxy_set_buffer_bytes(start, size):

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"time"
@@ -59,7 +60,8 @@ func (s *stream) startLMCache(req connector.Request) types.Action {
 	}
 	tokenizeBody, tokens := connector.LMCacheTokenize(req)
 	if tokenizeBody == nil {
-		s.lm.tokens = tokens // the client sent ids; req aliases the body read in this callback
+		// the client sent ids: a copy, for the body buffer is reused (readBody)
+		s.lm.tokens = bytes.Clone(tokens)
 		return actionFor(s.lmcachePrefill(req))
 	}
 	ep := s.prefillEP

@@ -76,6 +76,10 @@ type rootContext struct {
 	// prefillBody is the buffer nixl/orchestrated prefill bodies are built
 	// in (startNIXL), kept between requests where the host copies them.
 	prefillBody []byte
+	// body is the buffer request bodies are read into (readBody), kept
+	// between requests. A body read lives until the next read, in any
+	// stream's callback: nothing aliasing it may outlive its callback.
+	body []byte
 	// headerBuf gathers the request header values a stream keeps
 	// (readRequestHeaders), kept between requests.
 	headerBuf []byte

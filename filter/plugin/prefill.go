@@ -235,7 +235,7 @@ func (s *stream) rereadHead() (connector.Request, bool) {
 	var head []byte
 	if n := s.indexed.DecodeHead(); n > 0 && n < s.bodyLen {
 		var err error
-		if head, err = abi.GetHttpRequestBody(0, n); err != nil {
+		if head, err = s.r.readBody(0, n); err != nil {
 			return s.reread()
 		}
 	}
@@ -250,7 +250,7 @@ func (s *stream) rereadHead() (connector.Request, bool) {
 // body decideBody validated and indexed: its members are where they were
 // (Rebind), unless something changed it, when it is indexed again.
 func (s *stream) reread() (connector.Request, bool) {
-	body, err := abi.GetHttpRequestBody(0, s.bodyLen)
+	body, err := s.r.readBody(0, s.bodyLen)
 	if err != nil {
 		s.fail(apierr.Internal, "re-read request body: "+err.Error())
 		return connector.Request{}, false

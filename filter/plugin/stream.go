@@ -194,7 +194,7 @@ func (s *stream) OnHttpRequestTrailers(int) types.Action {
 		return types.ActionContinue
 	}
 	// Trailers end the body: its size is whatever Envoy buffered.
-	body, err := abi.GetHttpRequestBody(0, s.cfg().MaxBodyBytes+1)
+	body, err := s.r.readBody(0, s.cfg().MaxBodyBytes+1)
 	if err != nil {
 		body = nil
 	}
@@ -207,12 +207,31 @@ func (s *stream) OnHttpRequestTrailers(int) types.Action {
 
 // bodyComplete reads the buffered body and decides.
 func (s *stream) bodyComplete(size int) types.Action {
-	body, err := abi.GetHttpRequestBody(0, size)
+	body, err := s.r.readBody(0, size)
 	if err != nil && size > 0 {
 		s.fail(apierr.Internal, "read request body: "+err.Error())
 		return types.ActionPause
 	}
 	return s.decideBody(body)
+}
+
+// maxKeptBody bounds the body buffer a root keeps (readBody); a longer
+// body is read into a fresh allocation, as the prefill body is built
+// (maxKeptPrefillBody).
+const maxKeptBody = 1 << 20
+
+// readBody reads size bytes of the paused request's body from start into
+// the root's buffer: reading a body costs no allocation (nor its clearing,
+// nor the collections that brings on) once the buffer has grown to hold
+// one. The bytes are valid until the next readBody, which may be another
+// stream's: whatever must outlive the callback is copied (Detach keeps
+// offsets, lmcache's client token ids are cloned).
+func (r *rootContext) readBody(start, size int) ([]byte, error) {
+	b, err := abi.GetHttpRequestBodyInto(r.body, start, size)
+	if cap(b) > cap(r.body) && cap(b) <= maxKeptBody {
+		r.body = b[:0]
+	}
+	return b, err
 }
 
 // decideBody is the routing decision for a complete handled body. The
