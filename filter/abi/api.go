@@ -411,6 +411,12 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return getBuffer(abispec.BufferTypeHttpCallResponseBody, start, maxSize)
 }
 
+// GetHttpCallResponseBodyInto is GetHttpCallResponseBody reading into
+// dst's room, as GetHttpRequestBodyInto.
+func GetHttpCallResponseBodyInto(dst []byte, start, maxSize int) ([]byte, error) {
+	return getBufferInto(abispec.BufferTypeHttpCallResponseBody, dst, start, maxSize)
+}
+
 // GetHttpCallResponseTrailers returns the http-call response trailers; only
 // inside a DispatchHttpCall callback.
 func GetHttpCallResponseTrailers() ([][2]string, error) {

@@ -1,6 +1,8 @@
 package connector
 
 import (
+	"bytes"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/pdroute/pdroute/filter/config"
@@ -104,10 +106,17 @@ func ParsePrefillAnswerIn(body []byte, x *tokenest.Index) (PrefillAnswer, error)
 		a.KV = KVNull
 	case kv[0] != '{':
 		a.KV = KVNotObject
-	case indexObject(kv, x) != nil || len(x.Members) == 0:
+	case kv[skipSpace(kv, 1)] == '}':
 		a.KV = KVEmpty
 	default:
 		a.KV, a.KVParams = KVPresent, kv
+		// Reading kv's members again costs as much as its bytes (8192
+		// KV block ids at 128k tokens): only lmcache's answers hold a
+		// first_tok, and only one holding its name, or an escape that
+		// could spell it, is read.
+		if !mayHoldKey(kv, firstTokKey) || indexObject(kv, x) != nil {
+			break
+		}
 		if t := lastMember(kv, x, "first_tok"); t != nil {
 			if r := gjson.Parse(unsafeString(t)); r.Type == gjson.Number && isUint(t) {
 				a.First.OK, a.First.Token = true, r.Int()
@@ -170,6 +179,14 @@ func lastMember(obj []byte, x *tokenest.Index, key string) []byte {
 	}
 	return nil
 }
+
+// mayHoldKey reports whether the JSON text b may hold a member named key:
+// its bytes, or a backslash (an escaped key may spell it otherwise).
+func mayHoldKey(b, key []byte) bool {
+	return bytes.Contains(b, key) || bytes.IndexByte(b, '\\') >= 0
+}
+
+var firstTokKey = []byte("first_tok")
 
 // stringValue is raw when it is a JSON string, else nil.
 func stringValue(raw []byte) []byte {

@@ -80,6 +80,12 @@ type rootContext struct {
 	// between requests. A body read lives until the next read, in any
 	// stream's callback: nothing aliasing it may outlive its callback.
 	body []byte
+	// edit is the buffer nixl decode edits are built in (onNIXLAnswer),
+	// kept between requests: the host copies an edit when it is applied.
+	edit []byte
+	// answer is the buffer nixl/orchestrated prefill answers are read
+	// into (readCallAnswerInto), kept between requests.
+	answer []byte
 	// headerBuf gathers the request header values a stream keeps
 	// (readRequestHeaders), kept between requests.
 	headerBuf []byte

@@ -24,6 +24,14 @@ type callAnswer struct {
 
 // readCallAnswer reads the answer of the http call whose callback runs now.
 func readCallAnswer(numHeaders, bodySize int) callAnswer {
+	return readCallAnswerInto(numHeaders, bodySize, nil)
+}
+
+// readCallAnswerInto is readCallAnswer reading the body into *buf's room
+// (nil: a fresh allocation), and keeping the room grown for a longer one
+// (up to maxKeptBody). The body is then valid only until the next read
+// into *buf: the callback must not keep it.
+func readCallAnswerInto(numHeaders, bodySize int, buf *[]byte) callAnswer {
 	if numHeaders == 0 {
 		return callAnswer{} // reset: proxy_get_status says 11 "reset"
 	}
@@ -39,8 +47,15 @@ func readCallAnswer(numHeaders, bodySize int) callAnswer {
 			}
 		}
 	})
-	if bodySize > 0 {
+	switch {
+	case bodySize <= 0:
+	case buf == nil:
 		a.body, _ = abi.GetHttpCallResponseBody(0, bodySize)
+	default:
+		a.body, _ = abi.GetHttpCallResponseBodyInto(*buf, 0, bodySize)
+		if cap(a.body) > cap(*buf) && cap(a.body) <= maxKeptBody {
+			*buf = a.body[:0]
+		}
 	}
 	return a
 }
@@ -55,8 +70,11 @@ func keepContentType(v []byte) string {
 }
 
 // dispatch sends an http call to endpoint e with the stream's request id
-// and credentials. onAnswer runs later, with this stream as effective context.
-func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration, onAnswer func(callAnswer)) error {
+// and credentials. onAnswer runs later, with this stream as effective
+// context. With answerBuf the answer's body is read into that kept buffer
+// (readCallAnswerInto): onAnswer must not keep it.
+func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration,
+	answerBuf *[]byte, onAnswer func(callAnswer)) error {
 	cluster, dst := s.cfg().Upstream(e)
 	headers := make([][2]string, 0, 8)
 	headers = append(headers,
@@ -75,7 +93,7 @@ func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, 
 		headers = append(headers, [2]string{originalDstHeader, dst})
 	}
 	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond),
-		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswer(numHeaders, bodySize)) })
+		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
 	return err
 }
 
@@ -92,7 +110,7 @@ func (s *stream) callAuthority(e *config.Endpoint) string {
 // for remote decode and one token, to the same path.
 func (s *stream) startNIXL(req connector.Request) types.Action {
 	body := connector.NIXLPrefillTo(s.r.prefillBody[:0], req)
-	act := s.startPrefill(s.path, body, s.onNIXLAnswer)
+	act := s.startPrefill(s.path, body, &s.r.answer, s.onNIXLAnswer)
 	if abi.CallBodyCopied && cap(body) <= maxKeptPrefillBody {
 		// the host has its copy: the next prefill body is built here
 		s.r.prefillBody = body[:0]
@@ -109,9 +127,9 @@ const maxKeptPrefillBody = 1 << 20
 
 // startPrefill dispatches a prefill body and keeps the request paused until
 // onAnswer runs. A call Envoy refuses at once counts as a reset.
-func (s *stream) startPrefill(path string, body []byte, onAnswer func(callAnswer)) types.Action {
+func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAnswer func(callAnswer)) types.Action {
 	s.prefillStart = time.Now()
-	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, onAnswer); err != nil {
+	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, answerBuf, onAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)
 		s.reportPrefill(config.PrefillReset)
 		if s.afterPrefillFailure(config.PrefillReset, err.Error()) {
@@ -148,7 +166,10 @@ func (s *stream) reportPrefill(o config.PrefillOutcome) {
 	}
 }
 
-// onNIXLAnswer builds the decode request from the prefill answer.
+// onNIXLAnswer builds the decode request from the prefill answer. The
+// answer lies in the root's answer buffer: everything built from it is
+// copied before the callback returns (the decode edit, the host's copies
+// of replies and logs).
 func (s *stream) onNIXLAnswer(a callAnswer) {
 	var ans connector.PrefillAnswer
 	usable := false
@@ -167,7 +188,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 	if !ok {
 		return
 	}
-	edit := connector.NIXLDecode(req, ans.KVParams)
+	var edit connector.BodyEdit
 	if s.cfg().Mode == config.ModeOrchestrated {
 		var attach []byte
 		if s.cfg().Orchestrated.AttachPrefillResponse {
@@ -177,6 +198,11 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 		if edit, err = connector.OrchestratedDecode(req, ans.KVParams, s.prefillEP, attach); err != nil {
 			s.onPrefillFailed(config.PrefillBadAnswer, a)
 			return
+		}
+	} else {
+		edit = connector.NIXLDecodeTo(s.r.edit, req, ans.KVParams)
+		if cap(edit.Prefix) <= maxKeptBody {
+			s.r.edit = edit.Prefix[:0] // applied (copied) by toDecoder below
 		}
 	}
 	s.toDecoder(edit, pathDisagg)
