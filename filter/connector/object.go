@@ -311,17 +311,16 @@ func (o Object) Get(key string) gjson.Result {
 // Without returns o with every member named by keys removed, and whether
 // any was. The bytes are shared, not copied.
 func (o Object) Without(keys ...string) (Object, bool) {
-	removed := false
+	first := slices.IndexFunc(o.members, func(m member) bool { return !m.removed && slices.Contains(keys, m.key) })
+	if first < 0 {
+		return o, false // the common case: nothing to remove, nothing copied
+	}
 	out := o
 	out.members = slices.Clone(o.members)
-	for i := range out.members {
+	for i := first; i < len(out.members); i++ {
 		if !out.members[i].removed && slices.Contains(keys, out.members[i].key) {
 			out.members[i].removed = true
-			removed = true
 		}
-	}
-	if !removed {
-		return o, false
 	}
 	return out, true
 }
