@@ -23,7 +23,7 @@ type requestHead struct {
 	routeHeader, originalDst bool
 }
 
-// The request headers the stream keeps, by their index in keptValues.
+// The request headers readRequestHeaders keeps, by index.
 const (
 	keptMethod = iota
 	keptPath
@@ -97,7 +97,7 @@ func (s *stream) readRequestHeaders() requestHead {
 	}
 	s.method, s.path, s.contentType = v[keptMethod], v[keptPath], v[keptContentType]
 	s.authority, s.authorization, s.clientRequestID = v[keptAuthority], v[keptAuthorization], v[keptRequestID]
-	s.hasContentLength = seen[keptContentLength]
+	s.hasContentLength = v[keptContentLength] != ""
 	h.contentLength = v[keptContentLength]
 	return h
 }
