@@ -80,10 +80,10 @@ func (s *stream) readRequestHeaders() requestHead {
 			}
 			return
 		}
-		switch {
-		case string(key) == originalDstHeader:
+		switch string(key) { // lower case, as route_header must be
+		case originalDstHeader:
 			h.originalDst = true
-		case equalFoldASCII(key, route):
+		case route:
 			h.routeHeader = true
 		}
 	})
@@ -100,27 +100,6 @@ func (s *stream) readRequestHeaders() requestHead {
 	s.hasContentLength = v[keptContentLength] != ""
 	h.contentLength = v[keptContentLength]
 	return h
-}
-
-// equalFoldASCII reports whether b and s are equal ignoring ASCII case
-// (Envoy matches header names so).
-func equalFoldASCII(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // responseHead is what the filter reads of response headers: the status
