@@ -138,6 +138,15 @@ func GetHttpRequestHeaders() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpRequestHeaders)
 }
 
+// VisitHttpRequestHeaders calls fn with each request header in order, read
+// with one host call and no allocation: key and value lie in memory the
+// next read reuses, so they are valid only while fn runs (copy what you
+// keep; string(value) does). An unavailable map is
+// types.ErrorStatusNotFound, as for GetHttpRequestHeaders.
+func VisitHttpRequestHeaders(fn func(key, value []byte)) error {
+	return visitMap(abispec.MapTypeHttpRequestHeaders, fn)
+}
+
 // GetHttpRequestHeader returns the first value of request header key.
 func GetHttpRequestHeader(key string) (string, error) {
 	return getMapValue(abispec.MapTypeHttpRequestHeaders, key)
@@ -169,6 +178,16 @@ func ReplaceHttpRequestHeaders(headers [][2]string) error {
 // paused, from any callback with the stream as effective context.
 func GetHttpRequestBody(start, maxSize int) ([]byte, error) {
 	return getBuffer(abispec.BufferTypeHttpRequestBody, start, maxSize)
+}
+
+// GetHttpRequestBodyInto is GetHttpRequestBody reading into dst's room:
+// when the body fits, the host writes it there and the result aliases dst;
+// otherwise the result is a fresh allocation with some room to spare, which
+// the caller may keep as its next dst. A caller that reuses one buffer so
+// spares a body-sized allocation (and its zeroing) per read, and must not
+// keep the result, or anything aliasing it, past the next read into dst.
+func GetHttpRequestBodyInto(dst []byte, start, maxSize int) ([]byte, error) {
+	return getBufferInto(abispec.BufferTypeHttpRequestBody, dst, start, maxSize)
 }
 
 // AppendHttpRequestBody appends data to the buffered request body. The
@@ -240,6 +259,12 @@ func ReplaceHttpRequestTrailers(trailers [][2]string) error {
 // or while the response is paused).
 func GetHttpResponseHeaders() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpResponseHeaders)
+}
+
+// VisitHttpResponseHeaders is VisitHttpRequestHeaders for the response
+// headers.
+func VisitHttpResponseHeaders(fn func(key, value []byte)) error {
+	return visitMap(abispec.MapTypeHttpResponseHeaders, fn)
 }
 
 // GetHttpResponseHeader returns the first value of response header key.
@@ -374,10 +399,22 @@ func GetHttpCallResponseHeaders() ([][2]string, error) {
 	return getMap(abispec.MapTypeHttpCallResponseHeaders)
 }
 
+// VisitHttpCallResponseHeaders is VisitHttpRequestHeaders for the
+// http-call response headers; only inside a DispatchHttpCall callback.
+func VisitHttpCallResponseHeaders(fn func(key, value []byte)) error {
+	return visitMap(abispec.MapTypeHttpCallResponseHeaders, fn)
+}
+
 // GetHttpCallResponseBody returns up to maxSize bytes of the http-call
 // response body from start; only inside a DispatchHttpCall callback.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return getBuffer(abispec.BufferTypeHttpCallResponseBody, start, maxSize)
+}
+
+// GetHttpCallResponseBodyInto is GetHttpCallResponseBody reading into
+// dst's room, as GetHttpRequestBodyInto.
+func GetHttpCallResponseBodyInto(dst []byte, start, maxSize int) ([]byte, error) {
+	return getBufferInto(abispec.BufferTypeHttpCallResponseBody, dst, start, maxSize)
 }
 
 // GetHttpCallResponseTrailers returns the http-call response trailers; only
@@ -398,6 +435,25 @@ func GetStatus() (code uint32, message string, err error) { return getStatus() }
 // writes an empty value and treats empty as absent.
 func GetSharedData(key string) (value []byte, cas uint32, err error) {
 	return getSharedData(key)
+}
+
+// GetSharedDataUnder is GetSharedData(prefix + key) without building the
+// joined key as a string: in the VM it is written into a buffer the host
+// reads during the call, sparing an allocation per access.
+func GetSharedDataUnder(prefix, key string) (value []byte, cas uint32, err error) {
+	if prefix == "" {
+		return getSharedData(key)
+	}
+	return getSharedData(joinKey(prefix, key))
+}
+
+// SetSharedDataUnder is SetSharedData(prefix + key, data, cas), as
+// GetSharedDataUnder.
+func SetSharedDataUnder(prefix, key string, data []byte, cas uint32) error {
+	if prefix == "" {
+		return setSharedData(key, data, cas)
+	}
+	return setSharedData(joinKey(prefix, key), data, cas)
 }
 
 // SetSharedData stores data under key if cas still matches (cas 0 always

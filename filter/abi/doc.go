@@ -3,14 +3,20 @@
 //
 // Its exported functions have the names and signatures of the tetratelabs
 // SDK's proxywasm package, so filter code reads like SDK code, plus the few
-// the SDK lacks (CloseHttpRequest/Response, GetStatus, GetLogLevel). The
+// the SDK lacks (CloseHttpRequest/Response, GetStatus, GetLogLevel) and
+// those that spare the hot path allocations and host calls: the header
+// visitors (Visit*Headers: a map in one host call, read in place),
+// Get*BodyInto (the host writes into a buffer the caller keeps) and
+// Get/SetSharedDataUnder (keys joined without a string per access). The
 // contexts are the SDK's types.VMContext / PluginContext / HttpContext.
 //
 // Two builds share this file set's API and its panic recovery:
 //   - wasip1: //go:wasmimport env proxy_* host calls, //go:wasmexport
 //     proxy_on_* callbacks, an allocator that keeps host-filled buffers
-//     reachable, and the context table (VM → plugin roots → HTTP streams,
-//     http-call tokens → calling context).
+//     reachable (or, for a read armed with a target, hands out the
+//     target's room: a kept buffer, or the VM's scratch buffer for
+//     transient reads), and the context table (VM → plugin roots → HTTP
+//     streams, http-call tokens → calling context).
 //   - everything else: the same functions delegate to the SDK's proxywasm
 //     package, so filter code runs unchanged under the SDK's proxytest host.
 //

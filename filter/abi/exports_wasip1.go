@@ -57,13 +57,60 @@ var allocations [][]byte
 //
 //go:wasmexport proxy_on_memory_allocate
 func proxyOnMemoryAllocate(size uint32) *byte {
+	if into.armed {
+		// one allocation per host call: a second one is not the read's
+		into.armed = false
+		if uint64(size) <= uint64(cap(into.dst)) && size > 0 {
+			into.handed = true
+			return unsafe.SliceData(into.dst)
+		}
+		if into.adopt {
+			// the caller keeps what it is given: room to grow a little
+			b := make([]byte, size, size+size/8)
+			allocations = append(allocations, b)
+			return &b[0]
+		}
+	}
 	b := make([]byte, max(size, 1))
 	allocations = append(allocations, b)
 	return &b[0]
 }
 
-// claim returns the allocation at ptr, cut to size, and forgets it.
+// into is where the next host call that returns data writes it when
+// armed (callInto): the caller's buffer dst if the data fits its room,
+// else a fresh allocation, as without it. One host call returns data at a
+// time, and the allocator runs only inside it, so one target suffices.
+var into struct {
+	dst                  []byte
+	armed, handed, adopt bool
+}
+
+// scratch is the buffer transient reads (callScratch) land in: one per VM,
+// kept between callbacks, overwritten by the next transient read. Its data
+// is only ever handed to code that uses it before returning (the header
+// visitors), so no reference outlives it; busy marks such a use, during
+// which another transient read allocates as usual.
+var scratch struct {
+	buf  []byte
+	busy bool
+}
+
+// The scratch buffer grows to the largest transient read up to maxScratch
+// (a request's headers are ~0.2–2 KB; Envoy's limit is 60 KiB); a larger
+// read is a fresh allocation as before. Wasm memory never shrinks, so
+// maxScratch is what a VM keeps at most.
+const maxScratch = 16 << 10
+
+// claim returns the allocation at ptr, cut to size, and forgets it. Data
+// written into an armed target keeps the target's capacity.
 func claim(ptr, size uint32) ([]byte, error) {
+	if into.handed {
+		into.handed = false
+		if ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(into.dst)))) && uint64(size) <= uint64(cap(into.dst)) {
+			return into.dst[:size], nil
+		}
+	}
+	adopt := into.adopt
 	for i := len(allocations) - 1; i >= 0; i-- {
 		b := allocations[i]
 		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
@@ -76,6 +123,9 @@ func claim(ptr, size uint32) ([]byte, error) {
 		allocations[i] = allocations[last]
 		allocations[last] = nil
 		allocations = allocations[:last]
+		if adopt {
+			return b[:size], nil
+		}
 		return b[:size:size], nil
 	}
 	return nil, errForeignMemory
@@ -86,6 +136,8 @@ func claim(ptr, size uint32) ([]byte, error) {
 func enter(contextID uint32) {
 	clear(allocations)
 	allocations = allocations[:0]
+	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
+	scratch.busy = false
 	guards.active = contextID
 }
 

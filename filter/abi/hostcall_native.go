@@ -72,6 +72,18 @@ var sdkMaps = map[abispec.MapType]sdkMap{
 func getMap(t abispec.MapType) ([][2]string, error)             { return sdkMaps[t].get() }
 func setMap(t abispec.MapType, pairs [][2]string) error         { return sdkMaps[t].set(pairs) }
 func getMapValue(t abispec.MapType, key string) (string, error) { return sdkMaps[t].value(key) }
+
+// visitMap: proxytest returns the map as strings; each is copied for fn.
+func visitMap(t abispec.MapType, fn func(key, value []byte)) error {
+	pairs, err := sdkMaps[t].get()
+	if err != nil {
+		return err
+	}
+	for _, p := range pairs {
+		fn([]byte(p[0]), []byte(p[1]))
+	}
+	return nil
+}
 func addMapValue(t abispec.MapType, key, value string) error {
 	return sdkMaps[t].add(key, value)
 }
@@ -108,6 +120,19 @@ var sdkBuffers = map[abispec.BufferType]sdkBuffer{
 
 func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
 	return sdkBuffers[t].get(start, maxSize)
+}
+
+// getBufferInto copies into dst's room, so that natively too the result
+// aliases dst, as in the VM when it fits.
+func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
+	b, err := getBuffer(t, start, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return b, nil
+	}
+	return append(dst[:0], b...), nil
 }
 
 func setBuffer(t abispec.BufferType, op bufferOp, data []byte) error {
@@ -177,6 +202,9 @@ func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]st
 }
 
 func getStatus() (uint32, string, error) { return callStatus.code, callStatus.message, nil }
+
+// joinKey concatenates: proxytest keeps the key strings it is given.
+func joinKey(prefix, key string) string { return prefix + key }
 
 func getSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }
 func setSharedData(key string, data []byte, cas uint32) error {

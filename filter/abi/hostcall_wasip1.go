@@ -153,6 +153,15 @@ var errForeignMemory = errors.New("pdroute/abi: host returned memory the module 
 // call that returns data runs inside another (the allocator makes none).
 var hostReturn struct{ ptr, size uint32 }
 
+// hostWord and hostWord64 receive a host call's other out-words (a cas, a
+// token, an id, a level, a metric value). A local variable would do, but
+// passing its address to an import moves it to the heap: one allocation
+// per call. One of each serves every call, as hostReturn does.
+var (
+	hostWord   uint32
+	hostWord64 uint64
+)
+
 // callReturning runs a host call that writes hostReturn and claims the data.
 // An OK status with no data is (nil, nil).
 func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
@@ -164,6 +173,52 @@ func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
 		return nil, nil
 	}
 	return claim(hostReturn.ptr, hostReturn.size)
+}
+
+// callInto is callReturning writing the data into dst's room when it fits
+// (the result then aliases dst), else into a fresh allocation whose room
+// the caller may keep (adopt) for the next read.
+func callInto(dst []byte, adopt bool, call func(ptr, size *uint32) uint32) ([]byte, error) {
+	into.dst, into.armed, into.adopt = dst[:cap(dst)], true, adopt
+	b, err := callReturning(call)
+	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
+	return b, err
+}
+
+// callScratch is callReturning for data the caller reads only before its
+// next host call that returns data, never keeping a reference to it: the
+// host writes it into the VM's scratch buffer rather than a fresh
+// allocation (unless the buffer is busy or the data larger than
+// maxScratch). An OK status with no data is (nil, nil).
+func callScratch(call func(ptr, size *uint32) uint32) ([]byte, error) {
+	if scratch.busy {
+		return callReturning(call)
+	}
+	b, err := callInto(scratch.buf, true, call)
+	if cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
+		scratch.buf = b[:0]
+	}
+	return b, err
+}
+
+// visitPairs calls fn with each pair of a host-returned pairs serialization
+// read by a transient read (callScratch): key and value are valid only
+// while fn runs. No data is types.ErrorStatusNotFound, as for getMap.
+func visitPairs(read func(ptr, size *uint32) uint32, fn func(key, value []byte)) error {
+	b, err := callScratch(read)
+	if err == nil && b == nil {
+		return types.ErrorStatusNotFound
+	}
+	if err != nil {
+		return err
+	}
+	// The scratch buffer holds what fn reads: a read inside fn allocates.
+	// A panic in fn leaves busy set until the next callback's enter.
+	busy := scratch.busy
+	scratch.busy = true
+	err = abispec.EachPair(b, fn)
+	scratch.busy = busy
+	return err
 }
 
 // callReturningData is callReturning where no data means NotFound, as the
@@ -181,9 +236,9 @@ func logMessage(level abispec.LogLevel, msg string) {
 }
 
 func getLogLevel() (abispec.LogLevel, error) {
-	var level uint32
-	err := toError(proxyGetLogLevel(&level))
-	return abispec.LogLevel(level), err
+	hostWord = 0
+	err := toError(proxyGetLogLevel(&hostWord))
+	return abispec.LogLevel(hostWord), err
 }
 
 // propertyPath joins path segments with NUL, the ABI's property path form.
@@ -205,6 +260,17 @@ func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
 	return callReturningData(func(ptr, size *uint32) uint32 {
 		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
 	})
+}
+
+// getBufferInto is getBuffer into dst's room (callInto).
+func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
+	b, err := callInto(dst, true, func(ptr, size *uint32) uint32 {
+		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
+	})
+	if err == nil && b == nil {
+		return nil, types.ErrorStatusNotFound
+	}
+	return b, err
 }
 
 // setBuffer maps the operation onto proxy_set_buffer_bytes(start, size):
@@ -236,13 +302,40 @@ func getMap(t abispec.MapType) ([][2]string, error) {
 	return abispec.ParsePairs(b)
 }
 
+// pairsOut is the buffer outgoing header maps are serialized in: the host
+// copies them before the call returns, so one buffer per VM serves every
+// call (kept up to maxScratch bytes).
+var pairsOut []byte
+
+// emptyPairs is the serialization of no pairs.
+var emptyPairs = []byte{0, 0, 0, 0}
+
+// outPairs serializes pairs for one host call (in pairsOut).
+func outPairs(pairs [][2]string) []byte {
+	if len(pairs) == 0 {
+		return emptyPairs
+	}
+	b := abispec.AppendPairs(pairsOut[:0], pairs)
+	if cap(b) <= maxScratch {
+		pairsOut = b
+	}
+	return b
+}
+
 func setMap(t abispec.MapType, pairs [][2]string) error {
-	b := abispec.AppendPairs(nil, pairs)
+	b := outPairs(pairs)
 	return toError(proxySetHeaderMapPairs(uint32(t), bytesPtr(b), uint32(len(b))))
 }
 
+func visitMap(t abispec.MapType, fn func(key, value []byte)) error {
+	return visitPairs(func(ptr, size *uint32) uint32 {
+		return proxyGetHeaderMapPairs(uint32(t), ptr, size)
+	}, fn)
+}
+
+// getMapValue reads the value into scratch memory: the string is its copy.
 func getMapValue(t abispec.MapType, key string) (string, error) {
-	b, err := callReturning(func(ptr, size *uint32) uint32 {
+	b, err := callScratch(func(ptr, size *uint32) uint32 {
 		return proxyGetHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)), ptr, size)
 	})
 	return string(b), err
@@ -267,7 +360,7 @@ func continueStream(t abispec.StreamType) error { return toError(proxyContinueSt
 func closeStream(t abispec.StreamType) error { return toError(proxyCloseStream(uint32(t))) }
 
 func sendLocalResponse(code uint32, details string, headers [][2]string, body []byte, grpcStatus int32) error {
-	h := abispec.AppendPairs(nil, headers)
+	h := outPairs(headers)
 	return toError(proxySendLocalResponse(code, stringPtr(details), uint32(len(details)),
 		bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), grpcStatus))
 }
@@ -278,35 +371,50 @@ const CallBodyCopied = true
 
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeout uint32, callBack func(int, int, int)) (uint32, error) {
-	h := abispec.AppendPairs(nil, headers)
-	t := abispec.AppendPairs(nil, trailers)
-	var token uint32
+	h := outPairs(headers)
+	t := emptyPairs
+	if len(trailers) > 0 {
+		t = abispec.AppendPairs(nil, trailers)
+	}
+	hostWord = 0
 	err := toError(proxyHttpCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(h), uint32(len(h)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(t), uint32(len(t)), timeout, &token))
+		bytesPtr(body), uint32(len(body)), bytesPtr(t), uint32(len(t)), timeout, &hostWord))
 	if err != nil {
 		return 0, err
 	}
+	token := hostWord
 	vm.callouts[token] = callout{caller: guards.active, callBack: callBack}
 	return token, nil
 }
 
 func getStatus() (uint32, string, error) {
-	var code uint32
-	msg, err := callReturning(func(ptr, size *uint32) uint32 {
-		return proxyGetStatus(&code, ptr, size)
+	hostWord = 0
+	msg, err := callScratch(func(ptr, size *uint32) uint32 {
+		return proxyGetStatus(&hostWord, ptr, size)
 	})
-	return code, string(msg), err
+	return hostWord, string(msg), err
 }
 
 func getSharedData(key string) ([]byte, uint32, error) {
-	var cas uint32
+	hostWord = 0
 	value, err := callReturning(func(ptr, size *uint32) uint32 {
-		return proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &cas)
+		return proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord)
 	})
 	if err != nil {
 		return nil, 0, err
 	}
-	return value, cas, nil
+	return value, hostWord, nil
+}
+
+// keyBuf is where joinKey joins shared-data keys.
+var keyBuf []byte
+
+// joinKey returns prefix + key in keyBuf, valid until the next joinKey: the
+// host reads a key during the call and keeps a copy of it (Envoy's shared
+// data stores std::string keys), so nothing holds it afterwards.
+func joinKey(prefix, key string) string {
+	keyBuf = append(append(keyBuf[:0], prefix...), key...)
+	return unsafe.String(unsafe.SliceData(keyBuf), len(keyBuf))
 }
 
 func setSharedData(key string, data []byte, cas uint32) error {
@@ -314,15 +422,15 @@ func setSharedData(key string, data []byte, cas uint32) error {
 }
 
 func registerSharedQueue(name string) (uint32, error) {
-	var id uint32
-	err := toError(proxyRegisterSharedQueue(stringPtr(name), uint32(len(name)), &id))
-	return id, err
+	hostWord = 0
+	err := toError(proxyRegisterSharedQueue(stringPtr(name), uint32(len(name)), &hostWord))
+	return hostWord, err
 }
 
 func resolveSharedQueue(vmID, name string) (uint32, error) {
-	var id uint32
-	err := toError(proxyResolveSharedQueue(stringPtr(vmID), uint32(len(vmID)), stringPtr(name), uint32(len(name)), &id))
-	return id, err
+	hostWord = 0
+	err := toError(proxyResolveSharedQueue(stringPtr(vmID), uint32(len(vmID)), stringPtr(name), uint32(len(name)), &hostWord))
+	return hostWord, err
 }
 
 func enqueueSharedQueue(id uint32, data []byte) error {
@@ -344,9 +452,9 @@ func setEffectiveContext(id uint32) error { return toError(proxySetEffectiveCont
 func done() { proxyDone() }
 
 func defineMetric(t abispec.MetricType, name string) (uint32, error) {
-	var id uint32
-	err := toError(proxyDefineMetric(uint32(t), stringPtr(name), uint32(len(name)), &id))
-	return id, err
+	hostWord = 0
+	err := toError(proxyDefineMetric(uint32(t), stringPtr(name), uint32(len(name)), &hostWord))
+	return hostWord, err
 }
 
 func addMetric(_ abispec.MetricType, id uint32, delta int64) error {
@@ -356,9 +464,9 @@ func addMetric(_ abispec.MetricType, id uint32, delta int64) error {
 func recordMetric(id uint32, value uint64) error { return toError(proxyRecordMetric(id, value)) }
 
 func getMetric(_ abispec.MetricType, id uint32) (uint64, error) {
-	var v uint64
-	err := toError(proxyGetMetric(id, &v))
-	return v, err
+	hostWord64 = 0
+	err := toError(proxyGetMetric(id, &hostWord64))
+	return hostWord64, err
 }
 
 // wasiRandomGet is WASI random_get, the same import the Go runtime uses.

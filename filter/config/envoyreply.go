@@ -97,7 +97,14 @@ func DescribePrefillFailure(o PrefillOutcome, status int, body []byte, timeout t
 // (503 "upstream connect error…") or does not answer in time (504). The
 // plugin rewrites its body (DecodeErrorKind).
 func PlainErrorResponse(status int, contentType string) bool {
-	return status >= 500 && status <= 599 && !JSONContentType(contentType) &&
+	return status >= 500 && status <= 599 && PlainContentType(contentType)
+}
+
+// PlainContentType is PlainErrorResponse's test of the content type: true
+// when it is neither JSON (JSONContentType, which counts none as JSON) nor
+// an event stream.
+func PlainContentType(contentType string) bool {
+	return !JSONContentType(contentType) &&
 		!strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream")
 }
 

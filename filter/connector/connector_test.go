@@ -509,3 +509,89 @@ func TestIndexedRequestLong(t *testing.T) {
 		checkIndexed(t, []byte(body), want)
 	}
 }
+
+// prefillAnswerByObject is ParsePrefillAnswer as it was written over
+// Object (a full index of the answer, then of its parts): the reference
+// the one-pass reader must agree with.
+func prefillAnswerByObject(body []byte) (PrefillAnswer, error) {
+	o, err := ParseObject(body)
+	if err != nil {
+		return PrefillAnswer{}, err
+	}
+	var a PrefillAnswer
+	kv := o.Raw("kv_transfer_params")
+	switch {
+	case kv == nil:
+		a.KV = KVAbsent
+	case kv[0] == 'n':
+		a.KV = KVNull
+	case kv[0] != '{':
+		a.KV = KVNotObject
+	default:
+		params, _ := ParseObject(kv)
+		if params.Len() == 0 {
+			a.KV = KVEmpty
+			break
+		}
+		a.KV, a.KVParams = KVPresent, kv
+		if t := params.Get("first_tok"); t.Type == gjson.Number && isUint([]byte(t.Raw)) {
+			a.First.OK, a.First.Token = true, t.Int()
+		}
+	}
+	a.First.Text = emptyString
+	eachElem(o.Raw("choices"), func(c []byte) bool {
+		choice, err := scanObject(c)
+		if err != nil {
+			return false
+		}
+		if t := choice.Raw("text"); t != nil && t[0] == '"' {
+			a.First.Text = t
+		}
+		if f := choice.Get("finish_reason"); f.Type == gjson.String {
+			a.First.FinishReason = f.Str
+		}
+		return false
+	})
+	str := func(key string) []byte {
+		if v := o.Raw(key); v != nil && v[0] == '"' {
+			return v
+		}
+		return nil
+	}
+	a.First.ID, a.First.Model = str("id"), str("model")
+	if c := o.Get("created"); c.Type == gjson.Number {
+		a.First.Created = c.Int()
+	}
+	return a, nil
+}
+
+// FuzzPrefillAnswerReference: ParsePrefillAnswerIn, with a reused index,
+// reads every answer as the Object-based reader did.
+func FuzzPrefillAnswerReference(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"cmpl-1","created":17,"model":"m","choices":[{"text":"Hi","finish_reason":"length"}],"kv_transfer_params":{"remote_host":"h" , "tp_size":1}}`,
+		`{"choices":[{"text":" Paris\n","finish_reason":null},{"text":"x"}],"kv_transfer_params":{"first_tok":12366,"first_tok":7}}`,
+		`{"kv_transfer_params":null}`, `{"kv_transfer_params": { } }`, `{"choices":{"text":1}}`, `nope`,
+		`{"k\u0076_transfer_params":{"first_tok":3},"choices":[{"fin\u0069sh_reason":"st\"op"}]}`,
+		`{"id":5,"model":null,"created":"x","choices":[[]],"kv_transfer_params":{"first_tok":1.5}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	var x tokenest.Index
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, werr := prefillAnswerByObject(b)
+		got, err := ParsePrefillAnswerIn(b, &x)
+		if (err != nil) != (werr != nil) || (err != nil && err.Error() != werr.Error()) {
+			t.Fatalf("error %v, reference %v", err, werr)
+		}
+		if err != nil {
+			return
+		}
+		g, w := got.First, want.First
+		if got.KV != want.KV || string(got.KVParams) != string(want.KVParams) || g.OK != w.OK || g.Token != w.Token ||
+			string(g.Text) != string(w.Text) || g.FinishReason != w.FinishReason || string(g.ID) != string(w.ID) ||
+			string(g.Model) != string(w.Model) || g.Created != w.Created {
+			t.Fatalf("got %+v\nreference %+v", got, want)
+		}
+	})
+}

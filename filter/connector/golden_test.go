@@ -71,6 +71,10 @@ func legs(t *testing.T, mode config.Mode, name string, in []byte) map[string][]b
 		var edit BodyEdit
 		if mode == config.ModeNIXL {
 			edit = NIXLDecode(r, a.KVParams)
+			kept := append(make([]byte, 0, 4096), "an earlier edit's bytes"...)
+			if to := NIXLDecodeTo(kept, r, a.KVParams); string(to.Prefix) != string(edit.Prefix) || to.Drain != edit.Drain {
+				t.Errorf("NIXLDecodeTo into a used buffer: %q drain %d, NIXLDecode: %q drain %d", to.Prefix, to.Drain, edit.Prefix, edit.Drain)
+			}
 		} else {
 			ep, attach := &prefillEP, []byte(nil)
 			if strings.Contains(name, "ipv6") {

@@ -71,5 +71,10 @@ func NIXLPrefillTo(dst []byte, r Request) []byte {
 // those params changes between vLLM versions, so they are never rebuilt.
 // kvParams is PrefillAnswer.KVParams.
 func NIXLDecode(r Request, kvParams []byte) BodyEdit {
-	return r.Body.Rewrite(Set("kv_transfer_params", kvParams))
+	return NIXLDecodeTo(nil, r, kvParams)
+}
+
+// NIXLDecodeTo is NIXLDecode building the edit's prefix in dst's room.
+func NIXLDecodeTo(dst []byte, r Request, kvParams []byte) BodyEdit {
+	return r.Body.RewriteTo(dst, Set("kv_transfer_params", kvParams))
 }

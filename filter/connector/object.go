@@ -311,17 +311,16 @@ func (o Object) Get(key string) gjson.Result {
 // Without returns o with every member named by keys removed, and whether
 // any was. The bytes are shared, not copied.
 func (o Object) Without(keys ...string) (Object, bool) {
-	removed := false
+	first := slices.IndexFunc(o.members, func(m member) bool { return !m.removed && slices.Contains(keys, m.key) })
+	if first < 0 {
+		return o, false // the common case: nothing to remove, nothing copied
+	}
 	out := o
 	out.members = slices.Clone(o.members)
-	for i := range out.members {
+	for i := first; i < len(out.members); i++ {
 		if !out.members[i].removed && slices.Contains(keys, out.members[i].key) {
 			out.members[i].removed = true
-			removed = true
 		}
-	}
-	if !removed {
-		return o, false
 	}
 	return out, true
 }
@@ -486,7 +485,11 @@ func (e BodyEdit) Len(original int) int { return original - e.Drain + len(e.Pref
 // Rewrite applies edits as a BodyEdit against the bytes o was parsed from.
 // Members after the last one touched (edited, deleted or removed by Without)
 // stay in Envoy's buffer; added members go just before them.
-func (o Object) Rewrite(edits ...Edit) BodyEdit {
+func (o Object) Rewrite(edits ...Edit) BodyEdit { return o.RewriteTo(nil, edits...) }
+
+// RewriteTo is Rewrite building the prefix in dst's room (appended to
+// dst[:0]), for a caller that keeps one buffer for the edits it hands over.
+func (o Object) RewriteTo(dst []byte, edits ...Edit) BodyEdit {
 	if len(edits) > maxEdits {
 		panic("connector: too many edits")
 	}
@@ -504,7 +507,7 @@ func (o Object) Rewrite(edits ...Edit) BodyEdit {
 		tail = o.members[last+1].start
 	}
 	var done uint64
-	prefix := make([]byte, 0, o.size(last)+editsSize(edits)+2)
+	prefix := slices.Grow(dst[:0], o.size(last)+editsSize(edits)+2)
 	prefix = append(prefix, '{')
 	prefix, n := o.appendMembers(prefix, last+1, edits, &done)
 	prefix, n = appendAdded(prefix, n, edits, done)

@@ -1,8 +1,12 @@
 package connector
 
 import (
-	"github.com/pdroute/pdroute/filter/config"
+	"bytes"
+
 	"github.com/tidwall/gjson"
+
+	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 // KVStatus says what a prefill answer's kv_transfer_params held.
@@ -63,12 +67,38 @@ var emptyString = []byte(`""`)
 // body is not a JSON object; a missing or odd field shows in the result, and
 // Usable says whether the mode can go on.
 func ParsePrefillAnswer(body []byte) (PrefillAnswer, error) {
-	o, err := ParseObject(body)
-	if err != nil {
+	return ParsePrefillAnswerIn(body, nil)
+}
+
+// ParsePrefillAnswerIn is ParsePrefillAnswer with x as its working index
+// (overwritten; nil: its own): a caller that keeps one, as a filter root
+// does, reads an answer without allocating. The answer is validated and
+// its members found in one pass; the values read are sub-slices of body.
+func ParsePrefillAnswerIn(body []byte, x *tokenest.Index) (PrefillAnswer, error) {
+	if x == nil {
+		x = new(tokenest.Index)
+	}
+	if err := indexObject(body, x); err != nil {
 		return PrefillAnswer{}, err
 	}
+	// The last of repeated keys counts, as in every engine's parser.
+	var kv, choices, id, model, created []byte
+	for _, m := range x.Members {
+		v := body[m.Val:m.End:m.End]
+		switch memberKey(body[m.Start:m.KeyEnd]) {
+		case "kv_transfer_params":
+			kv = v
+		case "choices":
+			choices = v
+		case "id":
+			id = v
+		case "model":
+			model = v
+		case "created":
+			created = v
+		}
+	}
 	var a PrefillAnswer
-	kv := o.Raw("kv_transfer_params")
 	switch {
 	case kv == nil:
 		a.KV = KVAbsent
@@ -76,43 +106,92 @@ func ParsePrefillAnswer(body []byte) (PrefillAnswer, error) {
 		a.KV = KVNull
 	case kv[0] != '{':
 		a.KV = KVNotObject
+	case kv[skipSpace(kv, 1)] == '}':
+		a.KV = KVEmpty
 	default:
-		params, _ := ParseObject(kv) // validated with the answer
-		if params.Len() == 0 {
-			a.KV = KVEmpty
+		a.KV, a.KVParams = KVPresent, kv
+		// Reading kv's members again costs as much as its bytes (8192
+		// KV block ids at 128k tokens): only lmcache's answers hold a
+		// first_tok, and only one holding its name, or an escape that
+		// could spell it, is read.
+		if !mayHoldKey(kv, firstTokKey) || indexObject(kv, x) != nil {
 			break
 		}
-		a.KV, a.KVParams = KVPresent, kv
-		if t := params.Get("first_tok"); t.Type == gjson.Number && isUint([]byte(t.Raw)) {
-			a.First.OK, a.First.Token = true, t.Int()
+		if t := lastMember(kv, x, "first_tok"); t != nil {
+			if r := gjson.Parse(unsafeString(t)); r.Type == gjson.Number && isUint(t) {
+				a.First.OK, a.First.Token = true, r.Int()
+			}
 		}
 	}
 	a.First.Text = emptyString
-	eachElem(o.Raw("choices"), func(c []byte) bool {
-		choice, err := scanObject(c)
-		if err != nil {
+	eachElem(choices, func(c []byte) bool {
+		if indexObject(c, x) != nil {
 			return false
 		}
-		if t := choice.Raw("text"); t != nil && t[0] == '"' {
+		if t := lastMember(c, x, "text"); t != nil && t[0] == '"' {
 			a.First.Text = t
 		}
-		if f := choice.Get("finish_reason"); f.Type == gjson.String {
-			a.First.FinishReason = f.Str
+		if f := lastMember(c, x, "finish_reason"); f != nil && f[0] == '"' {
+			a.First.FinishReason = gjson.Parse(unsafeString(f)).Str
 		}
 		return false // the first choice only
 	})
-	a.First.ID = stringRaw(o, "id")
-	a.First.Model = stringRaw(o, "model")
-	if c := o.Get("created"); c.Type == gjson.Number {
-		a.First.Created = c.Int()
+	a.First.ID = stringValue(id)
+	a.First.Model = stringValue(model)
+	if created != nil {
+		if c := gjson.Parse(unsafeString(created)); c.Type == gjson.Number {
+			a.First.Created = c.Int()
+		}
 	}
 	return a, nil
 }
 
-// stringRaw is the raw JSON string value of key, or nil when it is not a string.
-func stringRaw(o Object, key string) []byte {
-	if v := o.Raw(key); v != nil && v[0] == '"' {
-		return v
+// indexObject is ParseObject into x: the top-level members of the JSON
+// object b, or ParseObject's error. x is as Read leaves it, or filled from
+// ParseObject's own scan when tokenest's reader refuses what gjson accepts.
+func indexObject(b []byte, x *tokenest.Index) error {
+	if x.Read(b) {
+		return nil
+	}
+	o, err := scanParse(b)
+	if err != nil {
+		return err
+	}
+	x.Members = x.Members[:0]
+	for _, m := range o.members {
+		x.Members = append(x.Members, tokenest.Member{Start: m.start, KeyEnd: m.keyEnd, Val: m.val, End: m.end})
+	}
+	x.Close = o.close
+	return nil
+}
+
+// memberKey is a raw (quoted) member key decoded, aliasing raw unless it
+// has escapes.
+func memberKey(raw []byte) string { return decodeKey(raw) }
+
+// lastMember is the raw value of the last member named key of obj, which
+// x indexes, or nil.
+func lastMember(obj []byte, x *tokenest.Index, key string) []byte {
+	for i := len(x.Members) - 1; i >= 0; i-- {
+		if m := x.Members[i]; memberKey(obj[m.Start:m.KeyEnd]) == key {
+			return obj[m.Val:m.End:m.End]
+		}
+	}
+	return nil
+}
+
+// mayHoldKey reports whether the JSON text b may hold a member named key:
+// its bytes, or a backslash (an escaped key may spell it otherwise).
+func mayHoldKey(b, key []byte) bool {
+	return bytes.Contains(b, key) || bytes.IndexByte(b, '\\') >= 0
+}
+
+var firstTokKey = []byte("first_tok")
+
+// stringValue is raw when it is a JSON string, else nil.
+func stringValue(raw []byte) []byte {
+	if raw != nil && raw[0] == '"' {
+		return raw
 	}
 	return nil
 }

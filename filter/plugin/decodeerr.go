@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"strconv"
-
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/pdroute/pdroute/filter/abi"
@@ -21,12 +19,11 @@ import (
 
 // plainErrorHeaders starts the rewrite when the answer is a plain-text 5xx:
 // true when the body callbacks must finish it.
-func (s *stream) plainErrorHeaders(endOfStream bool) bool {
-	status, _ := strconv.Atoi(responseHeader(":status"))
-	if endOfStream || !config.PlainErrorResponse(status, responseHeader("content-type")) {
+func (s *stream) plainErrorHeaders(head responseHead, endOfStream bool) bool {
+	if endOfStream || head.status < 500 || head.status > 599 || !head.plain { // config.PlainErrorResponse
 		return false
 	}
-	s.plainError = status
+	s.plainError = head.status
 	// The body changes length: the client's answer is chunked.
 	removeResponseHeader("content-length")
 	if err := abi.ReplaceHttpResponseHeader("content-type", apierr.ContentType); err != nil {

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"time"
@@ -59,7 +60,8 @@ func (s *stream) startLMCache(req connector.Request) types.Action {
 	}
 	tokenizeBody, tokens := connector.LMCacheTokenize(req)
 	if tokenizeBody == nil {
-		s.lm.tokens = tokens // the client sent ids; req aliases the body read in this callback
+		// the client sent ids: a copy, for the body buffer is reused (readBody)
+		s.lm.tokens = bytes.Clone(tokens)
 		return actionFor(s.lmcachePrefill(req))
 	}
 	ep := s.prefillEP
@@ -67,7 +69,7 @@ func (s *stream) startLMCache(req connector.Request) types.Action {
 		ep = s.decodeEP
 	}
 	s.prefillStart = time.Now()
-	if err := s.dispatch(ep, "POST", connector.TokenizePath, tokenizeBody, s.cfg().PrefillTimeout, s.onTokenized); err != nil {
+	if err := s.dispatch(ep, "POST", connector.TokenizePath, tokenizeBody, s.cfg().PrefillTimeout, nil, s.onTokenized); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch tokenize to %s: %v", s.id, ep.Name, err)
 		s.reportPrefill(config.PrefillReset)
 		return actionFor(s.afterPrefillFailure(config.PrefillReset, "tokenize: "+err.Error()))
@@ -112,7 +114,7 @@ func (s *stream) lmcachePrefill(req connector.Request) bool {
 	body := connector.LMCachePrefill(req, s.lm.tokens, s.lm.kvID, s.decodeEP)
 	s.r.kv.add(s)
 	s.prefillStart = time.Now()
-	err := s.dispatch(s.prefillEP, "POST", connector.CompletionsPath, body, s.cfg().PrefillTimeout, s.onLMCacheAnswer)
+	err := s.dispatch(s.prefillEP, "POST", connector.CompletionsPath, body, s.cfg().PrefillTimeout, nil, s.onLMCacheAnswer)
 	if err == nil {
 		return false
 	}
@@ -126,7 +128,7 @@ func (s *stream) onLMCacheAnswer(a callAnswer) {
 	var ans connector.PrefillAnswer
 	usable := false
 	if a.status >= 200 && a.status < 300 {
-		if p, err := connector.ParsePrefillAnswer(a.body); err == nil {
+		if p, err := connector.ParsePrefillAnswerIn(a.body, &s.r.index); err == nil {
 			ans, usable = p, p.Usable(config.ModeLMCache)
 		}
 	}
@@ -193,10 +195,10 @@ func (s *stream) lmcacheDecode() {
 	s.resume()
 }
 
-func (s *stream) lmcacheResponseHeaders(endOfStream bool) types.Action {
+func (s *stream) lmcacheResponseHeaders(head responseHead, endOfStream bool) types.Action {
 	s.responseStarted = true
 	lm := s.lm
-	if !lm.decoding || endOfStream || responseHeader(":status") != "200" {
+	if !lm.decoding || endOfStream || head.status != 200 {
 		lm.passthrough = true // fallback, or the decoder's own error
 		return types.ActionContinue
 	}

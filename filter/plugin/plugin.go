@@ -69,12 +69,26 @@ type rootContext struct {
 	// toolCacheBytes.
 	tools *tokenest.Cache
 	// index is where the top-level members of the body being decided are,
-	// as the estimate found them (one callback at a time uses it; its
-	// slice keeps its room between requests)
+	// as the estimate found them, and the working index of a prefill
+	// answer's read (one callback at a time uses it; its slice keeps its
+	// room between requests)
 	index tokenest.Index
 	// prefillBody is the buffer nixl/orchestrated prefill bodies are built
 	// in (startNIXL), kept between requests where the host copies them.
 	prefillBody []byte
+	// body is the buffer request bodies are read into (readBody), kept
+	// between requests. A body read lives until the next read, in any
+	// stream's callback: nothing aliasing it may outlive its callback.
+	body []byte
+	// edit is the buffer nixl decode edits are built in (onNIXLAnswer),
+	// kept between requests: the host copies an edit when it is applied.
+	edit []byte
+	// answer is the buffer nixl/orchestrated prefill answers are read
+	// into (readCallAnswerInto), kept between requests.
+	answer []byte
+	// headerBuf gathers the request header values a stream keeps
+	// (readRequestHeaders), kept between requests.
+	headerBuf []byte
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.
@@ -155,7 +169,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 	}
 	r.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:16])))
 	r.instance = binary.LittleEndian.Uint64(seed[16:]) | 1
-	r.store = lb.WithPrefix(sharedData{}, cfg.SharedDataPrefix)
+	r.store = newSharedData(cfg.SharedDataPrefix)
 	if cfg.Discovery != nil {
 		if err := r.newDynamicBalancers(cfg); err != nil {
 			return err
@@ -246,19 +260,28 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	return s
 }
 
-// sharedData is lb.Store over proxy-wasm shared data.
-type sharedData struct{}
+// sharedData is lb.Store over proxy-wasm shared data, its keys under
+// prefix: lb.WithPrefix's layout (prefix + "/" + key, none for an empty
+// prefix), the keys joined by abi rather than concatenated on every access.
+type sharedData struct{ prefix string }
 
-func (sharedData) Get(key string) ([]byte, uint32, error) {
-	v, cas, err := abi.GetSharedData(key)
+func newSharedData(prefix string) sharedData {
+	if prefix == "" {
+		return sharedData{}
+	}
+	return sharedData{prefix: prefix + "/"}
+}
+
+func (d sharedData) Get(key string) ([]byte, uint32, error) {
+	v, cas, err := abi.GetSharedDataUnder(d.prefix, key)
 	if errors.Is(err, types.ErrorStatusNotFound) {
 		return nil, 0, lb.ErrNotFound
 	}
 	return v, cas, err
 }
 
-func (sharedData) Set(key string, value []byte, cas uint32) error {
-	err := abi.SetSharedData(key, value, cas)
+func (d sharedData) Set(key string, value []byte, cas uint32) error {
+	err := abi.SetSharedDataUnder(d.prefix, key, value, cas)
 	if errors.Is(err, types.ErrorStatusCasMismatch) {
 		return lb.ErrCasMismatch
 	}

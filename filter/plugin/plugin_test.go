@@ -554,3 +554,38 @@ func repeatTools(t *testing.T, m tokenest.Method) {
 		}
 	})
 }
+
+// TestLMCacheClientTokenIDsOutliveTheBodyRead: a client's token-id prompt
+// is kept from its body callback to its decode; bodies are read into one
+// reused buffer, so another request's body read in between must not
+// change it.
+func TestLMCacheClientTokenIDsOutliveTheBodyRead(t *testing.T) {
+	run(t, lmcacheConfig, func(t *testing.T, h filtertest.Harness) {
+		id, a := send(t, h, "/v1/completions", `{"model":"m","prompt":[11,12,13],"max_tokens":5}`)
+		if a != types.ActionPause {
+			t.Fatalf("action %v", a)
+		}
+		pre := onlyCallout(t, h, id)
+		if gjson.GetBytes(pre.Body, "prompt").Raw != "[11,12,13]" {
+			t.Fatalf("prefill body %s", pre.Body)
+		}
+		kvID := gjson.GetBytes(pre.Body, "kv_transfer_params.disagg_spec.req_id").String()
+		// another request's body, read while the first waits
+		if _, a := send(t, h, "/v1/completions", `{"model":"m","prompt":[77,78,79],"max_tokens":5}`); a != types.ActionPause {
+			t.Fatalf("second request: action %v", a)
+		}
+		h.CallOnHttpCallResponse(pre.ID, [][2]string{{":status", "200"}}, nil,
+			[]byte(`{"id":"cmpl-9","created":7,"model":"m","choices":[{"text":" Hi","finish_reason":"length"}],"kv_transfer_params":{"first_tok":42}}`))
+		polls := h.GetCalloutAttributesFromContext(rootID)
+		if len(polls) == 0 {
+			t.Fatal("no kvbridge poll")
+		}
+		h.CallOnHttpCallResponse(polls[0].ID, [][2]string{{":status", "200"}}, nil, []byte(`{"ready":[{"req_id":"`+kvID+`","count":2}]}`))
+		if a := h.GetCurrentHttpStreamAction(id); a != types.ActionContinue {
+			t.Fatalf("not resumed: %v", a)
+		}
+		if dec := h.GetCurrentRequestBody(id); gjson.GetBytes(dec, "prompt").Raw != "[11,12,13,42]" {
+			t.Errorf("decode body %s", dec)
+		}
+	})
+}

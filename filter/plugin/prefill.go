@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -17,41 +16,65 @@ import (
 // only place Envoy serves it).
 type callAnswer struct {
 	// status is the HTTP status; 0 when the call was reset.
-	status  int
-	headers [][2]string
-	body    []byte
+	status int
+	// contentType is the answer's content-type ("" when none).
+	contentType string
+	body        []byte
 }
 
 // readCallAnswer reads the answer of the http call whose callback runs now.
 func readCallAnswer(numHeaders, bodySize int) callAnswer {
+	return readCallAnswerInto(numHeaders, bodySize, nil)
+}
+
+// readCallAnswerInto is readCallAnswer reading the body into *buf's room
+// (nil: a fresh allocation), and keeping the room grown for a longer one
+// (up to maxKeptBody). The body is then valid only until the next read
+// into *buf: the callback must not keep it.
+func readCallAnswerInto(numHeaders, bodySize int, buf *[]byte) callAnswer {
 	if numHeaders == 0 {
 		return callAnswer{} // reset: proxy_get_status says 11 "reset"
 	}
 	var a callAnswer
-	a.headers, _ = abi.GetHttpCallResponseHeaders()
-	for _, h := range a.headers {
-		if h[0] == ":status" {
-			a.status, _ = strconv.Atoi(h[1])
+	var contentType bool
+	_ = abi.VisitHttpCallResponseHeaders(func(key, value []byte) {
+		switch string(key) {
+		case ":status":
+			a.status = atoi(value) // the last, as before
+		case "content-type":
+			if !contentType {
+				contentType, a.contentType = true, keepContentType(value)
+			}
 		}
-	}
-	if bodySize > 0 {
+	})
+	switch {
+	case bodySize <= 0:
+	case buf == nil:
 		a.body, _ = abi.GetHttpCallResponseBody(0, bodySize)
+	default:
+		a.body, _ = abi.GetHttpCallResponseBodyInto(*buf, 0, bodySize)
+		if cap(a.body) > cap(*buf) && cap(a.body) <= maxKeptBody {
+			*buf = a.body[:0]
+		}
 	}
 	return a
 }
 
-func (a callAnswer) header(key string) string {
-	for _, h := range a.headers {
-		if h[0] == key {
-			return h[1]
-		}
+// keepContentType is a copy of a content-type value, sparing the copy of
+// the usual one.
+func keepContentType(v []byte) string {
+	if string(v) == "application/json" {
+		return "application/json"
 	}
-	return ""
+	return string(v)
 }
 
 // dispatch sends an http call to endpoint e with the stream's request id
-// and credentials. onAnswer runs later, with this stream as effective context.
-func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration, onAnswer func(callAnswer)) error {
+// and credentials. onAnswer runs later, with this stream as effective
+// context. With answerBuf the answer's body is read into that kept buffer
+// (readCallAnswerInto): onAnswer must not keep it.
+func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration,
+	answerBuf *[]byte, onAnswer func(callAnswer)) error {
 	cluster, dst := s.cfg().Upstream(e)
 	headers := make([][2]string, 0, 8)
 	headers = append(headers,
@@ -70,7 +93,7 @@ func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, 
 		headers = append(headers, [2]string{originalDstHeader, dst})
 	}
 	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond),
-		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswer(numHeaders, bodySize)) })
+		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
 	return err
 }
 
@@ -87,7 +110,7 @@ func (s *stream) callAuthority(e *config.Endpoint) string {
 // for remote decode and one token, to the same path.
 func (s *stream) startNIXL(req connector.Request) types.Action {
 	body := connector.NIXLPrefillTo(s.r.prefillBody[:0], req)
-	act := s.startPrefill(s.path, body, s.onNIXLAnswer)
+	act := s.startPrefill(s.path, body, &s.r.answer, s.onNIXLAnswer)
 	if abi.CallBodyCopied && cap(body) <= maxKeptPrefillBody {
 		// the host has its copy: the next prefill body is built here
 		s.r.prefillBody = body[:0]
@@ -104,9 +127,9 @@ const maxKeptPrefillBody = 1 << 20
 
 // startPrefill dispatches a prefill body and keeps the request paused until
 // onAnswer runs. A call Envoy refuses at once counts as a reset.
-func (s *stream) startPrefill(path string, body []byte, onAnswer func(callAnswer)) types.Action {
+func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAnswer func(callAnswer)) types.Action {
 	s.prefillStart = time.Now()
-	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, onAnswer); err != nil {
+	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, answerBuf, onAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)
 		s.reportPrefill(config.PrefillReset)
 		if s.afterPrefillFailure(config.PrefillReset, err.Error()) {
@@ -143,12 +166,15 @@ func (s *stream) reportPrefill(o config.PrefillOutcome) {
 	}
 }
 
-// onNIXLAnswer builds the decode request from the prefill answer.
+// onNIXLAnswer builds the decode request from the prefill answer. The
+// answer lies in the root's answer buffer: everything built from it is
+// copied before the callback returns (the decode edit, the host's copies
+// of replies and logs).
 func (s *stream) onNIXLAnswer(a callAnswer) {
 	var ans connector.PrefillAnswer
 	usable := false
 	if a.status >= 200 && a.status < 300 {
-		if p, err := connector.ParsePrefillAnswer(a.body); err == nil {
+		if p, err := connector.ParsePrefillAnswerIn(a.body, &s.r.index); err == nil {
 			ans, usable = p, p.Usable(s.cfg().Mode)
 		}
 	}
@@ -162,7 +188,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 	if !ok {
 		return
 	}
-	edit := connector.NIXLDecode(req, ans.KVParams)
+	var edit connector.BodyEdit
 	if s.cfg().Mode == config.ModeOrchestrated {
 		var attach []byte
 		if s.cfg().Orchestrated.AttachPrefillResponse {
@@ -173,6 +199,11 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 			s.onPrefillFailed(config.PrefillBadAnswer, a)
 			return
 		}
+	} else {
+		edit = connector.NIXLDecodeTo(s.r.edit, req, ans.KVParams)
+		if cap(edit.Prefix) <= maxKeptBody {
+			s.r.edit = edit.Prefix[:0] // applied (copied) by toDecoder below
+		}
 	}
 	s.toDecoder(edit, pathDisagg)
 	s.resume()
@@ -182,7 +213,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 // callback: relay the engine's 4xx, fall back to the decoder, or fail.
 func (s *stream) onPrefillFailed(o config.PrefillOutcome, a callAnswer) {
 	if o == config.PrefillRejected {
-		ct := a.header("content-type")
+		ct := a.contentType
 		if ct == "" {
 			ct = "application/json"
 		}
@@ -230,7 +261,7 @@ func (s *stream) rereadHead() (connector.Request, bool) {
 	var head []byte
 	if n := s.indexed.DecodeHead(); n > 0 && n < s.bodyLen {
 		var err error
-		if head, err = abi.GetHttpRequestBody(0, n); err != nil {
+		if head, err = s.r.readBody(0, n); err != nil {
 			return s.reread()
 		}
 	}
@@ -245,7 +276,7 @@ func (s *stream) rereadHead() (connector.Request, bool) {
 // body decideBody validated and indexed: its members are where they were
 // (Rebind), unless something changed it, when it is indexed again.
 func (s *stream) reread() (connector.Request, bool) {
-	body, err := abi.GetHttpRequestBody(0, s.bodyLen)
+	body, err := s.r.readBody(0, s.bodyLen)
 	if err != nil {
 		s.fail(apierr.Internal, "re-read request body: "+err.Error())
 		return connector.Request{}, false

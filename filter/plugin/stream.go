@@ -39,10 +39,15 @@ type stream struct {
 	r  *rootContext
 	id uint32
 
-	// From the request headers.
+	// From the request headers (readRequestHeaders).
 	method, path, contentType, authority, authorization string
-	api                                                 config.API
-	handled                                             bool
+	// clientRequestID is the client's x-request-id ("" when none).
+	clientRequestID string
+	// hasContentLength: the request headers carry a content-length, which
+	// a body edit must then fix.
+	hasContentLength bool
+	api              config.API
+	handled          bool
 
 	// bodyLen is the request body's length in Envoy's buffer.
 	bodyLen int
@@ -94,12 +99,14 @@ func (s *stream) cfg() *config.Config { return s.r.cfg }
 
 func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	cfg := s.cfg()
+	h := s.readRequestHeaders()
 	// Headers that steer Envoy's routing are the filter's alone.
-	removeHeader(cfg.RouteHeader)
-	removeHeader(originalDstHeader)
-	s.method = header(":method")
-	s.path = header(":path")
-	s.contentType = header("content-type")
+	if h.routeHeader {
+		removeHeader(cfg.RouteHeader)
+	}
+	if h.originalDst {
+		removeHeader(originalDstHeader)
+	}
 	if cfg.DebugPath != "" && s.method == "GET" && s.path == cfg.DebugPath {
 		s.route = pathPassthrough
 		s.reply(200, [][2]string{{"content-type", "application/json"}}, s.r.debugAnswer(time.Now()))
@@ -117,13 +124,11 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 			abi.LogWarnf("pdroute: stream %d: set content-type: %v", s.id, err)
 		}
 	}
-	s.authority = header(":authority")
-	s.authorization = header("authorization")
 	if endOfStream {
 		s.fail(apierr.MalformedJSON, "empty body")
 		return types.ActionPause
 	}
-	if n, err := strconv.Atoi(header("content-length")); err == nil && n > cfg.MaxBodyBytes {
+	if n, err := strconv.Atoi(h.contentLength); err == nil && n > cfg.MaxBodyBytes {
 		s.fail(apierr.BodyTooLarge, fmt.Sprintf("%d bytes, limit %d", n, cfg.MaxBodyBytes))
 		return types.ActionPause
 	}
@@ -189,7 +194,7 @@ func (s *stream) OnHttpRequestTrailers(int) types.Action {
 		return types.ActionContinue
 	}
 	// Trailers end the body: its size is whatever Envoy buffered.
-	body, err := abi.GetHttpRequestBody(0, s.cfg().MaxBodyBytes+1)
+	body, err := s.r.readBody(0, s.cfg().MaxBodyBytes+1)
 	if err != nil {
 		body = nil
 	}
@@ -202,12 +207,31 @@ func (s *stream) OnHttpRequestTrailers(int) types.Action {
 
 // bodyComplete reads the buffered body and decides.
 func (s *stream) bodyComplete(size int) types.Action {
-	body, err := abi.GetHttpRequestBody(0, size)
+	body, err := s.r.readBody(0, size)
 	if err != nil && size > 0 {
 		s.fail(apierr.Internal, "read request body: "+err.Error())
 		return types.ActionPause
 	}
 	return s.decideBody(body)
+}
+
+// maxKeptBody bounds the body buffer a root keeps (readBody); a longer
+// body is read into a fresh allocation, as the prefill body is built
+// (maxKeptPrefillBody).
+const maxKeptBody = 1 << 20
+
+// readBody reads size bytes of the paused request's body from start into
+// the root's buffer: reading a body costs no allocation (nor its clearing,
+// nor the collections that brings on) once the buffer has grown to hold
+// one. The bytes are valid until the next readBody, which may be another
+// stream's: whatever must outlive the callback is copied (Detach keeps
+// offsets, lmcache's client token ids are cloned).
+func (r *rootContext) readBody(start, size int) ([]byte, error) {
+	b, err := abi.GetHttpRequestBodyInto(r.body, start, size)
+	if cap(b) > cap(r.body) && cap(b) <= maxKeptBody {
+		r.body = b[:0]
+	}
+	return b, err
 }
 
 // decideBody is the routing decision for a complete handled body. The
@@ -325,7 +349,7 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 func (s *stream) setRequestID() {
 	var random [16]byte
 	_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
-	s.reqID = connector.RequestID(header("x-request-id"), random)
+	s.reqID = connector.RequestID(s.clientRequestID, random)
 	if err := abi.ReplaceHttpRequestHeader("x-request-id", s.reqID); err != nil {
 		abi.LogWarnf("pdroute: stream %d: set x-request-id: %v", s.id, err)
 	}
@@ -428,7 +452,7 @@ func (s *stream) editBody(e connector.BodyEdit) {
 		return
 	}
 	s.bodyLen = e.Len(s.bodyLen)
-	if !s.early && header("content-length") != "" {
+	if !s.early && s.hasContentLength {
 		if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
 			abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
 		}
@@ -507,10 +531,11 @@ func (s *stream) reply(status int, headers [][2]string, body []byte) {
 
 func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	now := time.Now()
+	head := readResponseHeaders()
 	if !s.localReply && s.decode != nil && !s.decodeReported {
 		s.decodeReported = true
 		outcome := lb.Success
-		if st, _ := strconv.Atoi(responseHeader(":status")); st >= 500 {
+		if head.status >= 500 {
 			outcome = lb.Failure
 		}
 		_ = s.decode.Report(now, outcome)
@@ -518,11 +543,11 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if s.cfg().DebugHeaders && s.route != "" {
 		s.addDebugHeaders()
 	}
-	if !s.localReply && s.decode != nil && s.plainErrorHeaders(endOfStream) {
+	if !s.localReply && s.decode != nil && s.plainErrorHeaders(head, endOfStream) {
 		return types.ActionContinue // decodeerr.go
 	}
 	if s.lm != nil && !s.localReply {
-		return s.lmcacheResponseHeaders(endOfStream)
+		return s.lmcacheResponseHeaders(head, endOfStream)
 	}
 	if s.sg != nil && !s.localReply {
 		return s.sglangResponseHeaders(endOfStream)
@@ -584,22 +609,6 @@ func (s *stream) releaseAll() {
 	if s.decode != nil {
 		s.decode.Release(now)
 	}
-}
-
-func header(key string) string {
-	v, err := abi.GetHttpRequestHeader(key)
-	if err != nil {
-		return ""
-	}
-	return v
-}
-
-func responseHeader(key string) string {
-	v, err := abi.GetHttpResponseHeader(key)
-	if err != nil {
-		return ""
-	}
-	return v
 }
 
 func removeHeader(key string) {

@@ -55,37 +55,73 @@ func AppendPairs(dst []byte, pairs [][2]string) []byte {
 // The returned strings share one copy of b, so b may be reused afterwards and
 // a map costs two allocations however many pairs it has.
 func ParsePairs(b []byte) ([][2]string, error) {
+	count, err := checkPairs(b)
+	if err != nil || count == 0 {
+		return nil, err
+	}
+	s := string(b)
+	pairs := make([][2]string, count)
+	data := 4 + 8*count
+	for i := range pairs {
+		for j := range 2 {
+			n := int(binary.LittleEndian.Uint32(b[4+8*i+4*j:]))
+			pairs[i][j] = s[data : data+n]
+			data += n + 1
+		}
+	}
+	return pairs, nil
+}
+
+// EachPair calls fn with each key and value of the pairs serialization b,
+// in order, once b is known to be well formed (ParsePairs's rules: a
+// malformed b is an error and fn never runs). key and value are sub-slices
+// of b: nothing is copied or allocated.
+func EachPair(b []byte, fn func(key, value []byte)) error {
+	count, err := checkPairs(b)
+	if err != nil {
+		return err
+	}
+	data := 4 + 8*count
+	for i := range count {
+		k := int(binary.LittleEndian.Uint32(b[4+8*i:]))
+		v := int(binary.LittleEndian.Uint32(b[8+8*i:]))
+		key := b[data : data+k : data+k]
+		data += k + 1
+		fn(key, b[data:data+v:data+v])
+		data += v + 1
+	}
+	return nil
+}
+
+// checkPairs validates the pairs serialization b and returns its count.
+func checkPairs(b []byte) (int, error) {
 	if len(b) == 0 || (len(b) == 1 && b[0] == 0) {
-		return nil, nil
+		return 0, nil
 	}
 	if len(b) < 4 {
-		return nil, fmt.Errorf("%w: %d bytes, want at least 4", ErrMalformedPairs, len(b))
+		return 0, fmt.Errorf("%w: %d bytes, want at least 4", ErrMalformedPairs, len(b))
 	}
 	count := uint64(binary.LittleEndian.Uint32(b))
 	// Each pair needs 8 size bytes and 2 NULs: bound count before allocating.
 	if count > uint64(len(b)-4)/10 {
-		return nil, fmt.Errorf("%w: count %d does not fit in %d bytes", ErrMalformedPairs, count, len(b))
+		return 0, fmt.Errorf("%w: count %d does not fit in %d bytes", ErrMalformedPairs, count, len(b))
 	}
 	data := 4 + 8*int(count)
-	s := string(b)
-	pairs := make([][2]string, count)
-	for i := range pairs {
-		size := 4 + 8*i
-		for j := 0; j < 2; j++ {
-			n := uint64(binary.LittleEndian.Uint32(b[size+4*j:]))
+	for i := range int(count) {
+		for j := range 2 {
+			n := uint64(binary.LittleEndian.Uint32(b[4+8*i+4*j:]))
 			if n >= uint64(len(b)-data) {
-				return nil, fmt.Errorf("%w: pair %d overruns the buffer", ErrMalformedPairs, i)
+				return 0, fmt.Errorf("%w: pair %d overruns the buffer", ErrMalformedPairs, i)
 			}
 			end := data + int(n)
 			if b[end] != 0 {
-				return nil, fmt.Errorf("%w: pair %d is not NUL-terminated", ErrMalformedPairs, i)
+				return 0, fmt.Errorf("%w: pair %d is not NUL-terminated", ErrMalformedPairs, i)
 			}
-			pairs[i][j] = s[data:end]
 			data = end + 1
 		}
 	}
 	if data != len(b) {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformedPairs, len(b)-data)
+		return 0, fmt.Errorf("%w: %d trailing bytes", ErrMalformedPairs, len(b)-data)
 	}
-	return pairs, nil
+	return int(count), nil
 }

@@ -143,3 +143,29 @@ var benchHeaders = [][2]string{
 	{"x-forwarded-proto", "https"}, {"x-envoy-expected-rq-timeout-ms", "600000"},
 	{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, {"x-stainless-lang", "python"},
 }
+
+// FuzzEachPair: EachPair visits exactly what ParsePairs returns, and
+// refuses exactly what it refuses.
+func FuzzEachPair(f *testing.F) {
+	f.Add(goldenPairs)
+	f.Add([]byte{})
+	f.Add([]byte{0})
+	f.Add(AppendPairs(nil, [][2]string{{":status", "200"}, {"content-type", "application/json"}}))
+	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 'a', 0, 'b'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, werr := ParsePairs(b)
+		var got [][2]string
+		err := EachPair(b, func(k, v []byte) { got = append(got, [2]string{string(k), string(v)}) })
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("EachPair error %v, ParsePairs error %v", err, werr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("EachPair visited %q, ParsePairs returned %q", got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("EachPair visited %q, ParsePairs returned %q", got, want)
+			}
+		}
+	})
+}

@@ -1,0 +1,149 @@
+package plugin
+
+import (
+	"unsafe"
+
+	"github.com/pdroute/pdroute/filter/abi"
+	"github.com/pdroute/pdroute/filter/config"
+)
+
+// Header maps are read whole, once per callback, with one host call
+// (abi.Visit*Headers) rather than one proxy_get_header_map_value per
+// header: each of those is a host call, an allocation the host asks the
+// VM for, and a string copied out of it. The visitor sees the map in
+// memory the VM reuses; what a stream keeps is copied.
+
+// requestHead is what OnHttpRequestHeaders reads that the stream does
+// not keep.
+type requestHead struct {
+	// contentLength is the client's content-length ("" when none).
+	contentLength string
+	// routeHeader and originalDst: the client sent the route header or
+	// x-envoy-original-dst-host (removed: they are the filter's alone).
+	routeHeader, originalDst bool
+}
+
+// The request headers readRequestHeaders keeps, by index.
+const (
+	keptMethod = iota
+	keptPath
+	keptContentType
+	keptAuthority
+	keptAuthorization
+	keptRequestID
+	keptContentLength
+	keptCount
+)
+
+// keptHeader is the index of request header key among the kept ones, or -1.
+// Envoy's header keys are lower case.
+func keptHeader(key []byte) int {
+	switch string(key) {
+	case ":method":
+		return keptMethod
+	case ":path":
+		return keptPath
+	case "content-type":
+		return keptContentType
+	case ":authority":
+		return keptAuthority
+	case "authorization":
+		return keptAuthorization
+	case "x-request-id":
+		return keptRequestID
+	case "content-length":
+		return keptContentLength
+	}
+	return -1
+}
+
+// maxKeptHeaderBuf bounds the buffer a root keeps to gather header values
+// in (wasm memory never shrinks); a larger gathering is not kept.
+const maxKeptHeaderBuf = 4 << 10
+
+// readRequestHeaders reads the request headers in one host call and sets
+// the stream's header fields. The first value of each counts, as
+// proxy_get_header_map_value would return it. The kept values are gathered
+// in the root's buffer and copied out in one allocation.
+func (s *stream) readRequestHeaders() requestHead {
+	var h requestHead
+	var spans [keptCount]struct{ at, n int }
+	var seen [keptCount]bool
+	buf := s.r.headerBuf[:0]
+	route := s.cfg().RouteHeader
+	_ = abi.VisitHttpRequestHeaders(func(key, value []byte) {
+		if i := keptHeader(key); i >= 0 {
+			if !seen[i] {
+				seen[i] = true
+				spans[i].at, spans[i].n = len(buf), len(value)
+				buf = append(buf, value...)
+			}
+			return
+		}
+		switch string(key) { // lower case, as route_header must be
+		case originalDstHeader:
+			h.originalDst = true
+		case route:
+			h.routeHeader = true
+		}
+	})
+	all := string(buf)
+	if cap(buf) <= maxKeptHeaderBuf {
+		s.r.headerBuf = buf[:0]
+	}
+	var v [keptCount]string
+	for i, sp := range spans {
+		v[i] = all[sp.at : sp.at+sp.n]
+	}
+	s.method, s.path, s.contentType = v[keptMethod], v[keptPath], v[keptContentType]
+	s.authority, s.authorization, s.clientRequestID = v[keptAuthority], v[keptAuthorization], v[keptRequestID]
+	s.hasContentLength = v[keptContentLength] != ""
+	h.contentLength = v[keptContentLength]
+	return h
+}
+
+// responseHead is what the filter reads of response headers: the status
+// (0 when absent or not a number) and whether the content type is a plain
+// one (config.PlainContentType), the two things the response callbacks
+// decide on.
+type responseHead struct {
+	status int
+	plain  bool
+}
+
+// readResponseHeaders reads the response headers in one host call.
+func readResponseHeaders() responseHead {
+	var r responseHead
+	var status, contentType bool
+	_ = abi.VisitHttpResponseHeaders(func(key, value []byte) {
+		switch string(key) {
+		case ":status":
+			if !status {
+				status, r.status = true, atoi(value)
+			}
+		case "content-type":
+			if !contentType {
+				// value lives while this function runs, and
+				// PlainContentType keeps nothing
+				contentType, r.plain = true, config.PlainContentType(unsafe.String(unsafe.SliceData(value), len(value)))
+			}
+		}
+	})
+	return r
+}
+
+// atoi is the non-negative decimal number b, or 0 when b is anything else
+// (an HTTP status; strconv.Atoi would need b as a string).
+func atoi(b []byte) int {
+	if len(b) == 0 || len(b) > 9 {
+		return 0
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
