@@ -24,12 +24,16 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 //   - If the prompt has such a prefix somewhere but every holder is past
 //     the bound, the request gives way to load: the least in-flight endpoint
 //     (which then holds the prefix too, and shares the next ones).
-//   - If nothing worth keeping is cached, the endpoints whose in-flight + 1
-//     ≤ mean + slack take turns: among nearly equal loads a rotation spreads
-//     long prompts' prefills more evenly than the fewest in flight does (an
+//   - If nothing worth keeping is cached, the request takes the next turn of
+//     the rotation, as under round robin, unless that endpoint is already
+//     more than slack above the mean in-flight (the mean counting this
+//     request), when the next turn within that goes. Within the slack,
+//     loads differ by the rotation's own spread, and among long unique
+//     prompts its regular spacing of prefills beats any load signal (an
 //     engine with one new request prefilling has fewer in flight than one
-//     with two decoding, yet is the busier; docs/ROUTING.md), and endpoints
-//     loaded by the prefixes they hold are left to those prefixes.
+//     with two decoding, yet is the busier; docs/ROUTING.md, rag); past it,
+//     the skew is other requests' cached prefixes, and those endpoints are
+//     left to them.
 //
 // Turns follow this VM's rotation.
 func (b *Balancer) cacheAware(v inflightView) int {
@@ -64,14 +68,15 @@ func (b *Balancer) cacheAware(v inflightView) int {
 			}
 		}
 	}
-	least := b.argmin(start, func(i int) float64 { return float64(v.get(i)) })
 	if !anywhere {
+		// In-flight before this request, against the mean with it: an
+		// endpoint exactly slack ahead still takes its turn.
 		even := (total+1)/float64(k) + b.cfg.CacheLoadSlack
 		for j := range k {
-			if i := b.usable[(start+j)%k]; float64(v.get(i))+1 <= even {
+			if i := b.usable[(start+j)%k]; float64(v.get(i)) <= even {
 				return i
 			}
 		}
 	}
-	return least
+	return b.argmin(start, func(i int) float64 { return float64(v.get(i)) })
 }

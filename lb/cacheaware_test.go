@@ -90,3 +90,53 @@ func TestCacheAwareIgnoresSmallDifferences(t *testing.T) {
 		t.Errorf("20 %% cached on endpoint 1, went to %d", l.Index)
 	}
 }
+
+// With nothing worth keeping cached anywhere, requests follow the rotation
+// as round robin would, and an endpoint is skipped only when it is already
+// more than cache_load_slack above the mean in-flight (the mean counting
+// this request): loads within the slack are the rotation's own spread, and
+// skipping them breaks its regular spacing of long prefills (rag in
+// docs/ROUTING.md); a larger skew is other requests' cached prefixes.
+func TestCacheAwareColdRequestsRotate(t *testing.T) {
+	for _, tc := range []struct {
+		held int // in flight on endpoint 0 (sticky requests) before the cold pick
+		want int // the cold pick whose turn is endpoint 0's
+	}{
+		{held: 0, want: 0},
+		{held: 2, want: 0},
+		{held: 3, want: 0}, // 3 = (3+1)/4 + 2: exactly slack above the mean, not past it
+		{held: 4, want: 1}, // 4 > (4+1)/4 + 2
+		{held: 7, want: 1},
+	} {
+		cfg := testPool(4, CacheAware)
+		cfg.CacheLoadFactor, cfg.CacheLoadSlack = 100, 2 // the sticky requests stay on 0
+		b := newTestBalancer(t, NewMemStore(), cfg, 5)
+		for range tc.held {
+			if l, _ := b.PickCached(at(0), 0, []int{9000, 0, 0, 0}, 10000); l.Index != 0 {
+				t.Fatalf("held %d: a sticky request went to %d", tc.held, l.Index)
+			}
+		}
+		// Bring the rotation to endpoint 0 with cold requests that end at once.
+		for tc.held%4 != 0 {
+			mustPick(t, b, at(0), 0).Release(at(0))
+			tc.held++
+		}
+		if l := mustPick(t, b, at(0), 0); l.Index != tc.want {
+			t.Errorf("%d in flight on endpoint 0 (rotation at 0): cold request went to %d, want %d", inflightOf(b, at(0))[0], l.Index, tc.want)
+		}
+	}
+}
+
+// Even loads: cold requests visit every endpoint in turn, as round robin.
+func TestCacheAwareColdRequestsFollowTheRotationExactly(t *testing.T) {
+	b := newTestBalancer(t, NewMemStore(), testPool(4, CacheAware), 6)
+	var got []int
+	for range 12 {
+		got = append(got, mustPick(t, b, at(0), 0).Index)
+	}
+	for n := 4; n < len(got); n++ {
+		if got[n] != got[n-4] || got[n] == got[n-1] {
+			t.Fatalf("order %v: not a rotation", got)
+		}
+	}
+}

@@ -34,8 +34,9 @@ const (
 	// CacheAware sends a request to the usable endpoint holding the longest
 	// cached prefix of its prompt (from the shared prefix index, lb/prefix)
 	// among those whose in-flight count is under cache_load_factor × the mean
-	// + cache_load_slack; with no cached prefix among them, to the least
-	// in-flight. See [Balancer.PickCached].
+	// + cache_load_slack; when every holder is past that, to the least
+	// in-flight; with nothing worth keeping cached, in turns as round robin.
+	// See [Balancer.PickCached].
 	CacheAware
 )
 
