@@ -34,6 +34,8 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 //     with two decoding, yet is the busier; docs/ROUTING.md, rag); past it,
 //     the skew is other requests' cached prefixes, and those endpoints are
 //     left to them.
+//   - With no view of the prompt (Pick, or PickCached without a cached
+//     slice: the decoder chosen from the headers), round robin's turns.
 //
 // Turns follow this VM's rotation.
 func (b *Balancer) cacheAware(v inflightView) int {
@@ -67,6 +69,9 @@ func (b *Balancer) cacheAware(v inflightView) int {
 				return i
 			}
 		}
+	}
+	if b.cached == nil {
+		return b.usable[start] // no view of the prompt: round robin's turns
 	}
 	if !anywhere {
 		// In-flight before this request, against the mean with it: an

@@ -96,17 +96,22 @@ func TestCacheAwareIgnoresSmallDifferences(t *testing.T) {
 // more than cache_load_slack above the mean in-flight (the mean counting
 // this request): loads within the slack are the rotation's own spread, and
 // skipping them breaks its regular spacing of long prefills (rag in
-// docs/ROUTING.md); a larger skew is other requests' cached prefixes.
+// docs/ROUTING.md); a larger skew is other requests' cached prefixes. With
+// no view of the prompt at all (Pick, or the decoder chosen from the
+// headers) nothing skews the loads but chance: the rotation alone.
 func TestCacheAwareColdRequestsRotate(t *testing.T) {
+	cold := []int{0, 0, 0, 0}
 	for _, tc := range []struct {
-		held int // in flight on endpoint 0 (sticky requests) before the cold pick
-		want int // the cold pick whose turn is endpoint 0's
+		held   int  // in flight on endpoint 0 (sticky requests) before the cold pick
+		noView bool // the cold pick has no cached slice (Pick)
+		want   int  // the cold pick whose turn is endpoint 0's
 	}{
 		{held: 0, want: 0},
 		{held: 2, want: 0},
 		{held: 3, want: 0}, // 3 = (3+1)/4 + 2: exactly slack above the mean, not past it
 		{held: 4, want: 1}, // 4 > (4+1)/4 + 2
 		{held: 7, want: 1},
+		{held: 7, noView: true, want: 0},
 	} {
 		cfg := testPool(4, CacheAware)
 		cfg.CacheLoadFactor, cfg.CacheLoadSlack = 100, 2 // the sticky requests stay on 0
@@ -117,12 +122,18 @@ func TestCacheAwareColdRequestsRotate(t *testing.T) {
 			}
 		}
 		// Bring the rotation to endpoint 0 with cold requests that end at once.
-		for tc.held%4 != 0 {
-			mustPick(t, b, at(0), 0).Release(at(0))
-			tc.held++
+		for n := tc.held; n%4 != 0; n++ {
+			l, _ := b.PickCached(at(0), 0, cold, 10000)
+			l.Release(at(0))
 		}
-		if l := mustPick(t, b, at(0), 0); l.Index != tc.want {
-			t.Errorf("%d in flight on endpoint 0 (rotation at 0): cold request went to %d, want %d", inflightOf(b, at(0))[0], l.Index, tc.want)
+		var l *Lease
+		if tc.noView {
+			l = mustPick(t, b, at(0), 0)
+		} else {
+			l, _ = b.PickCached(at(0), 0, cold, 10000)
+		}
+		if l.Index != tc.want {
+			t.Errorf("%d in flight on endpoint 0, rotation at 0, no view %v: cold request went to %d, want %d", tc.held, tc.noView, l.Index, tc.want)
 		}
 	}
 }
@@ -132,7 +143,8 @@ func TestCacheAwareColdRequestsFollowTheRotationExactly(t *testing.T) {
 	b := newTestBalancer(t, NewMemStore(), testPool(4, CacheAware), 6)
 	var got []int
 	for range 12 {
-		got = append(got, mustPick(t, b, at(0), 0).Index)
+		l, _ := b.PickCached(at(0), 0, []int{0, 0, 0, 0}, 10000)
+		got = append(got, l.Index)
 	}
 	for n := 4; n < len(got); n++ {
 		if got[n] != got[n-4] || got[n] == got[n-1] {
