@@ -124,6 +124,8 @@ type PoolConfig struct {
 	// is cached while the pool is lightly loaded, since a continuous-batching
 	// engine serves a few extra requests almost for free, and the factor
 	// gives way before one endpoint takes a queue the others do not have.
+	// The slack is also how far above the mean in-flight an endpoint must
+	// already be for a prompt nobody holds to skip its turn (cacheaware.go).
 	CacheLoadFactor float64
 	CacheLoadSlack  float64
 	// CacheMinGain (JSON "cache_min_gain"): under CacheAware, endpoints whose
