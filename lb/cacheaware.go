@@ -1,6 +1,9 @@
 package lb
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // PickCached is [Balancer.Pick] with what the CacheAware strategy reads:
 // cached[i] is how much of the request's prompt endpoint i is known to hold
@@ -8,11 +11,53 @@ import "time"
 // or cached nil when nothing is known. Other strategies ignore them: it is
 // Pick(now, prefixKey).
 func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
-	if len(cached) == len(b.all) && total > 0 {
+	view := len(cached) == len(b.all) && total > 0 && b.cfg.Strategy == CacheAware
+	if view {
 		b.cached, b.cachedTotal = cached, total
+		b.decayPending(now)
 	}
 	defer func() { b.cached = nil }()
-	return b.Pick(now, prefixKey)
+	l, err := b.Pick(now, prefixKey)
+	if view && err == nil {
+		// After the pick, not in the strategy: a contended in-flight update
+		// runs the strategy again, and the work is sent once.
+		b.pending[l.Index] += float64(total-min(max(cached[l.Index], 0), total)) / pendingUnit
+	}
+	return l, err
+}
+
+// Pending prefill work: per endpoint, the prompt this VM sent there that the
+// endpoint did not hold, in in-flight equivalents (one per pendingUnit of
+// the prompt's unit: rendered bytes from lb/prefix, about 256 tokens),
+// decaying with time constant pendingTau. An in-flight count says how many
+// requests an endpoint has, not how much prefill they bring: a cold 7k-token
+// prompt keeps an engine busy for several times a cached one's step, and
+// stalls every sequence decoding there meanwhile. cache_aware adds this
+// to the in-flight count wherever it chooses by load (not in the sticky
+// bound, not in the rotation of rule 4). Per VM: with several workers each
+// sees its own share, so the term is weaker there. Both from the simulator
+// (docs/ROUTING.md, "Cache-aware routing").
+const (
+	pendingUnit = 1024.0
+	pendingTau  = 3 * time.Second
+)
+
+// decayPending ages the pending work to now.
+func (b *Balancer) decayPending(now time.Time) {
+	if b.pending == nil {
+		b.pending = make([]float64, len(b.all))
+		b.pendingAt = now
+		return
+	}
+	dt := now.Sub(b.pendingAt)
+	if dt <= 0 {
+		return
+	}
+	b.pendingAt = now
+	f := math.Exp(-float64(dt) / float64(pendingTau))
+	for i := range b.pending {
+		b.pending[i] *= f
+	}
 }
 
 // Sticky share: how much of a pool's recent traffic (on this VM) had a
@@ -51,6 +96,10 @@ const (
 //   - With no view of the prompt (Pick, or PickCached without a cached
 //     slice: the decoder chosen from the headers), round robin's turns.
 //
+// "Least in-flight" in the first three rules counts the endpoint's pending
+// prefill work too (see pendingUnit): of two holders with equal counts, the
+// one this VM just sent a cold prompt to is the busier.
+//
 // Turns, and the scan order that breaks ties, follow this VM's rotation.
 func (b *Balancer) cacheAware(v inflightView) int {
 	k := len(b.usable)
@@ -80,17 +129,18 @@ func (b *Balancer) cacheAware(v inflightView) int {
 		b.stickyShare -= b.stickyShare / stickyWindow
 	}
 	inflight := func(i int) float64 { return float64(v.get(i)) }
+	busy := func(i int) float64 { return float64(v.get(i)) + b.pending[i] }
 	switch {
 	case most >= gain:
 		best, least := -1, 0.0
 		for j := range k {
-			if i := b.usable[(start+j)%k]; under(i) && b.cached[i] > most-gain && (best < 0 || inflight(i) < least) {
-				best, least = i, inflight(i)
+			if i := b.usable[(start+j)%k]; under(i) && b.cached[i] > most-gain && (best < 0 || busy(i) < least) {
+				best, least = i, busy(i)
 			}
 		}
 		return best
 	case anywhere || b.stickyShare >= stickyCold:
-		return b.argmin(start, inflight)
+		return b.argmin(start, busy)
 	}
 	// In-flight before this request, against the mean with it: an endpoint
 	// exactly slack ahead still takes its turn.

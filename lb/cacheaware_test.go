@@ -1,6 +1,9 @@
 package lb
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestCacheAwareStickyUntilItsLoadBound(t *testing.T) {
 	cfg := testPool(4, CacheAware)
@@ -196,7 +199,9 @@ func TestCacheAwareColdRequestsFillTheGapsOfStickyTraffic(t *testing.T) {
 		}
 		loadOn(t, store, []int{2, 1, 1, 0})
 		b.turn = 0 // the rotation at endpoint 0
-		if l, _ := b.PickCached(at(0), 0, cold, 10000); l.Index != tc.want {
+		// A minute later: the history's pending work has decayed, and only
+		// the share it left decides.
+		if l, _ := b.PickCached(at(time.Minute), 0, cold, 10000); l.Index != tc.want {
 			t.Errorf("%d sticky then %d cold picks (share %.2f): cold request went to %d, want %d",
 				tc.sticky, tc.thenCold, b.stickyShare, l.Index, tc.want)
 		}
@@ -229,5 +234,63 @@ func TestCacheAwareLeastLoadedHolder(t *testing.T) {
 				t.Errorf("in flight %v, cached %v: went to %d, want %d", inflightOf(b, at(0)), tc.cached, l.Index, tc.want)
 			}
 		})
+	}
+}
+
+// Where cache_aware chooses by load (rules 1 to 3), the prompt this VM
+// recently sent to an endpoint that did not hold it counts as load, one
+// in-flight request per pendingUnit, decaying with pendingTau: in-flight
+// counts say how many requests an endpoint has, not how much prefill they
+// bring. The rotation of cold traffic (rule 4) ignores it.
+func TestCacheAwarePendingPrefillCountsAsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history []int // one released pick with this cached slice (20 % on one endpoint: rule 1 sends it there, 8 000 of 10 000 uncached)
+		held    []int // then in flight per endpoint (another VM)
+		after   time.Duration
+		cached  []int
+		want    int
+	}{
+		{"two holders: not the one just sent a cold prompt, though less in flight",
+			[]int{2000, 0, 0, 0}, []int{0, 0, 0, 1}, 0, []int{6000, 0, 0, 6000}, 3},
+		{"the pending work decays",
+			[]int{2000, 0, 0, 0}, []int{0, 0, 0, 1}, 30 * time.Second, []int{6000, 0, 0, 6000}, 0},
+		{"pending work below an in-flight difference does not decide",
+			[]int{0, 0, 0, 9000}, []int{2, 0, 0, 0}, 0, []int{6000, 0, 0, 6000}, 3},
+		{"giving way: not to the endpoint just sent a cold prompt",
+			[]int{0, 2000, 0, 0}, []int{7, 0, 1, 1}, 0, []int{6000, 0, 0, 0}, 2},
+		{"giving way, the work decayed",
+			[]int{0, 2000, 0, 0}, []int{7, 0, 1, 1}, 30 * time.Second, []int{6000, 0, 0, 0}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testPool(4, CacheAware)
+			cfg.CacheLoadFactor, cfg.CacheLoadSlack = 1.5, 2
+			store := NewMemStore()
+			b := newTestBalancer(t, store, cfg, 11)
+			l, _ := b.PickCached(at(0), 0, tc.history, 10000)
+			l.Release(at(0))
+			loadOn(t, store, tc.held)
+			b.turn = 0 // ties go to the lowest index
+			if l, _ := b.PickCached(at(tc.after), 0, tc.cached, 10000); l.Index != tc.want {
+				t.Errorf("pending %.1f, in flight %v, cached %v: went to %d, want %d", b.pending, inflightOf(b, at(tc.after)), tc.cached, l.Index, tc.want)
+			}
+		})
+	}
+}
+
+// Cold traffic's rotation (rule 4) does not read the pending work: long
+// unique prompts keep round robin's spacing (rag in docs/ROUTING.md).
+func TestCacheAwarePendingPrefillLeavesTheRotation(t *testing.T) {
+	b := newTestBalancer(t, NewMemStore(), testPool(4, CacheAware), 12)
+	var got []int
+	for n := range 8 {
+		l, _ := b.PickCached(at(time.Duration(n)*time.Millisecond), 0, []int{0, 0, 0, 0}, 40000)
+		l.Release(at(0))
+		got = append(got, l.Index)
+	}
+	for n := 4; n < len(got); n++ {
+		if got[n] != got[n-4] || got[n] == got[n-1] {
+			t.Fatalf("order %v: not a rotation", got)
+		}
 	}
 }
