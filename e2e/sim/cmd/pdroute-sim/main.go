@@ -57,10 +57,16 @@ func run() error {
 		genRate    = flag.Float64("rate", 4, "with -write-trace: request rate (req/s)")
 		genRamp    = flag.Float64("ramp-to", 0, "with -write-trace: ramp the rate to this (req/s)")
 		writeTrace = flag.String("write-trace", "", "generate -workload into this file and exit")
+		misses     = flag.Bool("misses", false, "print each aggregated run's prefix-cache misses by cause (first visit, give-way, eviction, pending prefill…) to stderr")
 		study      = flag.String("study", "", `"cache" or "uncached": a study of docs/ROUTING.md ("Cache-aware routing") instead of the shipped matrix`)
 	)
 	flag.Var(&configs, "config", "plugin configuration JSON file to compare (repeatable; default: the shipped matrix)")
 	flag.Parse()
+	if *misses {
+		sim.MissReport = func(setup, workload string, rate float64, m *sim.Misses) {
+			fmt.Fprintf(os.Stderr, "misses: %s, %s, %.0f req/s: %s\n", workload, setup, rate, m)
+		}
+	}
 
 	prof, err := engine.Profile(*profile)
 	if err != nil {
