@@ -35,8 +35,9 @@ const (
 	// cached prefix of its prompt (from the shared prefix index, lb/prefix)
 	// among those whose in-flight count is under cache_load_factor × the mean
 	// + cache_load_slack; when every holder is past that, to the least
-	// in-flight; with nothing worth keeping cached, in turns as round robin.
-	// See [Balancer.PickCached].
+	// loaded (in flight, plus the uncached prompt this VM recently sent it);
+	// with nothing worth keeping cached, in turns as round robin. See
+	// [Balancer.PickCached].
 	CacheAware
 )
 
