@@ -33,10 +33,12 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 // requests an endpoint has, not how much prefill they bring: a cold 7k-token
 // prompt keeps an engine busy for several times a cached one's step, and
 // stalls every sequence decoding there meanwhile. cache_aware adds this
-// to the in-flight count wherever it chooses by load (not in the sticky
-// bound, not in the rotation of rule 4). Per VM: with several workers each
-// sees its own share, so the term is weaker there. Both from the simulator
-// (docs/ROUTING.md, "Cache-aware routing").
+// to the in-flight count where it places a prompt on an endpoint that does
+// not hold it (giving way, and a cold prompt in sticky traffic), not among
+// the holders of a prefix, not in the sticky bound, not in the rotation of
+// cold traffic. Per VM: with several workers each sees its own share, so
+// the term is weaker there. Both from the simulator (docs/ROUTING.md,
+// "Cache-aware routing").
 const (
 	pendingUnit = 1024.0
 	pendingTau  = 3 * time.Second
@@ -96,9 +98,10 @@ const (
 //   - With no view of the prompt (Pick, or PickCached without a cached
 //     slice: the decoder chosen from the headers), round robin's turns.
 //
-// "Least in-flight" in the first three rules counts the endpoint's pending
-// prefill work too (see pendingUnit): of two holders with equal counts, the
-// one this VM just sent a cold prompt to is the busier.
+// "Least in-flight" when giving way and for a cold prompt in sticky traffic
+// counts the endpoint's pending prefill work too (see pendingUnit): of two
+// endpoints with equal counts, the one this VM just sent a cold prompt to is
+// the busier.
 //
 // Turns, and the scan order that breaks ties, follow this VM's rotation.
 func (b *Balancer) cacheAware(v inflightView) int {
@@ -134,8 +137,8 @@ func (b *Balancer) cacheAware(v inflightView) int {
 	case most >= gain:
 		best, least := -1, 0.0
 		for j := range k {
-			if i := b.usable[(start+j)%k]; under(i) && b.cached[i] > most-gain && (best < 0 || busy(i) < least) {
-				best, least = i, busy(i)
+			if i := b.usable[(start+j)%k]; under(i) && b.cached[i] > most-gain && (best < 0 || inflight(i) < least) {
+				best, least = i, inflight(i)
 			}
 		}
 		return best

@@ -237,42 +237,49 @@ func TestCacheAwareLeastLoadedHolder(t *testing.T) {
 	}
 }
 
-// Where cache_aware chooses by load (rules 1 to 3), the prompt this VM
-// recently sent to an endpoint that did not hold it counts as load, one
+// Where cache_aware places a prompt on an endpoint that does not hold it
+// (giving way, rule 2; a cold prompt in sticky traffic, rule 3), the prompt
+// this VM recently sent an endpoint that did not hold it counts as load, one
 // in-flight request per pendingUnit, decaying with pendingTau: in-flight
 // counts say how many requests an endpoint has, not how much prefill they
-// bring. The rotation of cold traffic (rule 4) ignores it.
+// bring. Among the holders of a prefix (rule 1) in-flight counts alone
+// decide.
 func TestCacheAwarePendingPrefillCountsAsLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		history []int // one released pick with this cached slice (20 % on one endpoint: rule 1 sends it there, 8 000 of 10 000 uncached)
+		history []int // this many released picks with this cached slice (20 % on one endpoint: rule 1 sends them there, 8 000 of 10 000 uncached each)
+		times   int
 		held    []int // then in flight per endpoint (another VM)
 		after   time.Duration
 		cached  []int
 		want    int
 	}{
-		{"two holders: not the one just sent a cold prompt, though less in flight",
-			[]int{2000, 0, 0, 0}, []int{0, 0, 0, 1}, 0, []int{6000, 0, 0, 6000}, 3},
-		{"the pending work decays",
-			[]int{2000, 0, 0, 0}, []int{0, 0, 0, 1}, 30 * time.Second, []int{6000, 0, 0, 6000}, 0},
-		{"pending work below an in-flight difference does not decide",
-			[]int{0, 0, 0, 9000}, []int{2, 0, 0, 0}, 0, []int{6000, 0, 0, 6000}, 3},
 		{"giving way: not to the endpoint just sent a cold prompt",
-			[]int{0, 2000, 0, 0}, []int{7, 0, 1, 1}, 0, []int{6000, 0, 0, 0}, 2},
+			[]int{0, 2000, 0, 0}, 1, []int{7, 0, 1, 1}, 0, []int{6000, 0, 0, 0}, 2},
 		{"giving way, the work decayed",
-			[]int{0, 2000, 0, 0}, []int{7, 0, 1, 1}, 30 * time.Second, []int{6000, 0, 0, 0}, 1},
+			[]int{0, 2000, 0, 0}, 1, []int{7, 0, 1, 1}, 30 * time.Second, []int{6000, 0, 0, 0}, 1},
+		{"a cold prompt in sticky traffic: not to the endpoint just sent cold prompts",
+			[]int{2000, 0, 0, 0}, 5, []int{0, 1, 1, 1}, 0, []int{0, 0, 0, 0}, 1},
+		{"a cold prompt in sticky traffic, the work decayed",
+			[]int{2000, 0, 0, 0}, 5, []int{0, 1, 1, 1}, 30 * time.Second, []int{0, 0, 0, 0}, 0},
+		{"pending work below an in-flight difference does not decide",
+			[]int{0, 2000, 0, 0}, 1, []int{20, 0, 9, 9}, 0, []int{6000, 0, 0, 0}, 1},
+		{"among holders, in-flight counts alone",
+			[]int{2000, 0, 0, 0}, 5, []int{0, 0, 0, 1}, 0, []int{6000, 0, 0, 6000}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testPool(4, CacheAware)
 			cfg.CacheLoadFactor, cfg.CacheLoadSlack = 1.5, 2
 			store := NewMemStore()
 			b := newTestBalancer(t, store, cfg, 11)
-			l, _ := b.PickCached(at(0), 0, tc.history, 10000)
-			l.Release(at(0))
+			for range tc.times {
+				l, _ := b.PickCached(at(0), 0, tc.history, 10000)
+				l.Release(at(0))
+			}
 			loadOn(t, store, tc.held)
 			b.turn = 0 // ties go to the lowest index
 			if l, _ := b.PickCached(at(tc.after), 0, tc.cached, 10000); l.Index != tc.want {
-				t.Errorf("pending %.1f, in flight %v, cached %v: went to %d, want %d", b.pending, inflightOf(b, at(tc.after)), tc.cached, l.Index, tc.want)
+				t.Errorf("in flight %v, cached %v: went to %d, want %d (pending after the pick %.1f)", inflightOf(b, at(tc.after)), tc.cached, l.Index, tc.want, b.pending)
 			}
 		})
 	}
