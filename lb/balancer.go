@@ -51,6 +51,9 @@ type Balancer struct {
 	cached      []int     // per endpoint, the current PickCached's (nil otherwise)
 	cachedTotal int       // the current PickCached's prompt size
 	turn        uint64    // this VM's rotation for cache_aware's ties
+	stickyShare float64   // cache_aware's sticky share (cacheaware.go)
+	pending     []float64 // cache_aware's pending prefill work (cacheaware.go)
+	pendingAt   time.Time // when pending was last aged
 	buf         []byte
 
 	// debt[i] is in-flight decrements for endpoint i not yet written because of

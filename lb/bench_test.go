@@ -139,3 +139,35 @@ func BenchmarkParseMetrics(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPickCached is cache_aware's pick with a prefix-index view: a
+// quarter of the picks find their prompt held by one endpoint, the rest by
+// none (the sticky-share and rotation paths both run).
+func BenchmarkPickCached(b *testing.B) {
+	for _, n := range []int{4, 64, 512} {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			store := &countingStore{Store: NewMemStore()}
+			bal := newTestBalancer(b, store, testPool(n, CacheAware), 1)
+			cold, held := make([]int, n), make([]int, n)
+			held[n/2] = 9000
+			store.gets.Store(0)
+			store.sets.Store(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+				cached := cold
+				if i%4 == 0 {
+					cached = held
+				}
+				l, err := bal.PickCached(now, 0, cached, 10000)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.Release(now)
+			}
+			b.ReportMetric(float64(store.gets.Load())/float64(b.N), "gets/op")
+			b.ReportMetric(float64(store.sets.Load())/float64(b.N), "sets/op")
+		})
+	}
+}

@@ -34,8 +34,10 @@ const (
 	// CacheAware sends a request to the usable endpoint holding the longest
 	// cached prefix of its prompt (from the shared prefix index, lb/prefix)
 	// among those whose in-flight count is under cache_load_factor × the mean
-	// + cache_load_slack; with no cached prefix among them, to the least
-	// in-flight. See [Balancer.PickCached].
+	// + cache_load_slack; when every holder is past that, to the least
+	// loaded (in flight, plus the uncached prompt this VM recently sent it);
+	// with nothing worth keeping cached, in turns as round robin. See
+	// [Balancer.PickCached].
 	CacheAware
 )
 
@@ -123,6 +125,8 @@ type PoolConfig struct {
 	// is cached while the pool is lightly loaded, since a continuous-batching
 	// engine serves a few extra requests almost for free, and the factor
 	// gives way before one endpoint takes a queue the others do not have.
+	// The slack is also how far above the mean in-flight an endpoint must
+	// already be for a prompt nobody holds to skip its turn (cacheaware.go).
 	CacheLoadFactor float64
 	CacheLoadSlack  float64
 	// CacheMinGain (JSON "cache_min_gain"): under CacheAware, endpoints whose

@@ -20,8 +20,9 @@
 //     (package lb/prefix, a fixed number of small records).
 //
 // Per VM, in the Go heap of one [Balancer]: the configuration, the injected random
-// source, scratch buffers, and decrements that could not yet be written because of
-// contention (they are folded into this VM's next in-flight write). A Balancer is
+// source, scratch buffers, decrements that could not yet be written because of
+// contention (they are folded into this VM's next in-flight write), and
+// cache_aware's rotation, sticky share and pending prefill work (cacheaware.go). A Balancer is
 // not safe for concurrent use: the filter creates one per pool per VM, and a wasm VM
 // is single-threaded.
 //

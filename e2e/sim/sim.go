@@ -306,6 +306,10 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 	nextScrape := time.Duration(0)
 	handled, disagg := 0, 0
 	next := 0
+	var misses *missTracker
+	if MissReport != nil && s.NoPrefillEngines {
+		misses = newMissTracker(len(dec))
+	}
 	T := func(t time.Duration) time.Time { return epoch.Add(t) }
 
 	finishFlight := func(f *flight, at time.Duration, ok bool) {
@@ -349,6 +353,9 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 				itl = append(itl, float64(ev.At-f.lastTok)/float64(time.Millisecond))
 				f.lastTok = ev.At
 			case ev.Kind == engine.Done:
+				if misses != nil && !ev.Req.Rejected {
+					misses.done(f, ev.Req, s.Profile.BlockSize)
+				}
 				outTokens += int64(ev.Req.Generated)
 				if ev.Req.Rejected {
 					_ = f.decLease.Report(T(ev.At), lb.Success)
@@ -387,6 +394,10 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 			return
 		}
 		f.decLease, f.dec = l, l.Index
+		if misses != nil {
+			gain := int(cfg.Decode.CacheMinGain * float64(promptBytes(ip)))
+			misses.routed(f, dec[f.dec], decCached, max(gain, 1))
+		}
 		cachedTokens := 0
 		if ip != nil && ip.Bytes > 0 && est > 0 {
 			cachedTokens = int(int64(est) * int64(match.CachedBytes(decIDs[f.dec])) / int64(ip.Bytes))
@@ -456,6 +467,9 @@ func Run(s *Setup, p *Prepared, seed uint64) (Result, error) {
 		}
 	}
 
+	if misses != nil {
+		misses.report(s, p)
+	}
 	span := last - p.Reqs[0].At
 	res.SimulatedSeconds = span.Seconds()
 	if span > 0 {

@@ -250,7 +250,7 @@ func (c *Config) HeadersWayLimits() []string {
 	}
 	if c.Decode.Strategy == CacheAware {
 		out = append(out, "decode.strategy cache_aware chooses the decoder before the body is read: "+
-			"by load, not by the prompt's cached prefix (the prefill choice and threshold_on uncached still read the prompt)")
+			"in round robin's turns, not by the prompt's cached prefix (the prefill choice and threshold_on uncached still read the prompt)")
 	}
 	if c.Mode == ModeLMCache {
 		out = append(out, "lmcache mode sends chat completions straight to a decoder (their decode leg is "+
