@@ -85,8 +85,11 @@ const MaxEndpoints = 512
 // time.Duration. Start from [DefaultPoolConfig]: zero weights and durations are
 // meaningful values, not "unset".
 type PoolConfig struct {
-	// Strategy (JSON "strategy"). Default RoundRobin: exact, needs no engine
-	// metrics, and is what production-stack uses by default.
+	// Strategy (JSON "strategy"). Default CacheAware: in the simulator it is
+	// better than or equal to RoundRobin on every shipped workload
+	// (docs/ROUTING.md), and with nothing worth keeping cached it takes round
+	// robin's turns. (The filter keeps RoundRobin for an sglang decode pool,
+	// whose engines keep no prefix cache: filter/config.)
 	Strategy Strategy
 
 	// RunningWeight, WaitingWeight and InflightWeight (JSON "running_weight",
@@ -163,7 +166,7 @@ type Endpoint struct {
 // endpoints.
 func DefaultPoolConfig() PoolConfig {
 	return PoolConfig{
-		Strategy:            RoundRobin,
+		Strategy:            CacheAware,
 		RunningWeight:       1,
 		WaitingWeight:       1,
 		InflightWeight:      1,

@@ -81,9 +81,11 @@ func BenchmarkFilterCPU(b *testing.B) {
 				if route == "direct" {
 					threshold = 4 * tokens
 				}
+				// round_robin: the fixed cost, without the prefix index
+				// (BenchmarkCacheAwareCPU measures cache_aware's).
 				plugin := []byte(fmt.Sprintf(`{"mode":"nixl","threshold_tokens":%d,`+
-					`"prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
-					`"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, threshold))
+					`"prefill":{"strategy":"round_robin","endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
+					`"decode":{"strategy":"round_robin","endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, threshold))
 				// One warm VM serves every request, as an Envoy worker's
 				// does: answered calls leave the Driver (startBenchDriver),
 				// and one request before the timer grows its memory.

@@ -31,8 +31,13 @@ func prefillCount(t *testing.T, e *stack.Engine) int {
 // request on it completes; with the companion stopped, requests keep
 // succeeding on the last sets, and it comes back.
 func TestDiscoveryFile(t *testing.T) {
+	// Round robin's turns spread the same prompt over every endpoint (an
+	// added decoder serves at once, the scale-down needs a request on
+	// prefill-0), and it counts no in-flight, so the removed prefill-0 stays
+	// draining (below).
 	s := start(t, stack.Topology{Mode: config.ModeNIXL, Discovery: stack.DiscoveryFile,
-		Prefill: engines(2, stack.EngineSpec{Latency: fast}), Decode: engines(1, stack.EngineSpec{Latency: fast})})
+		Prefill: engines(2, stack.EngineSpec{Latency: fast}), Decode: engines(1, stack.EngineSpec{Latency: fast}),
+		Plugin: map[string]any{"prefill": map[string]any{"strategy": "round_robin"}, "decode": map[string]any{"strategy": "round_robin"}}})
 	body := chat(longPrompt, nil)
 	post(t, s, "/v1/chat/completions", body, nil).expect(t, http.StatusOK, "disagg")
 

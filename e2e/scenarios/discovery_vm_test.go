@@ -115,7 +115,8 @@ func counter(t testing.TB, d *envoyemu.Driver, kind abispec.MetricType, name str
 // endpoints coming and going leave shared data and wasm memory bounded.
 func TestDiscoveryVM(t *testing.T) {
 	code := pluginCode(t)
-	d := newDriver(t, code, []byte(`{"mode":"nixl","discovery":{"poll_interval_ms":10},"decode":{"strategy":"least_loaded"},"stats_scrape_interval_ms":0}`), stack.EmulatedEnvoy)
+	// Round robin spreads the same prompt over both discovered prefillers.
+	d := newDriver(t, code, []byte(`{"mode":"nixl","discovery":{"poll_interval_ms":10},"prefill":{"strategy":"round_robin"},"decode":{"strategy":"least_loaded"},"stats_scrape_interval_ms":0}`), stack.EmulatedEnvoy)
 	if d == nil {
 		t.FailNow()
 	}

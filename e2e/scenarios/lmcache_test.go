@@ -34,8 +34,12 @@ const lmcacheChatWhy = "lmcache mode sends chat completions straight to a decode
 
 func testLMCache(t *testing.T) {
 	t.Parallel()
+	// Round robin: two_vms_wait_at_once sends the same prompt twice at
+	// once and needs it on two decoders (the mock's received KV is keyed by
+	// the prompt, so one decoder would hand it to the first decode only).
 	s := start(t, modeTopology(config.ModeLMCache, map[string]any{
 		"lmcache": map[string]any{"kv_wait_timeout_ms": 8000},
+		"prefill": map[string]any{"strategy": "round_robin"}, "decode": map[string]any{"strategy": "round_robin"},
 	}))
 
 	t.Run("notification_before_prefill_answer", func(t *testing.T) {

@@ -549,7 +549,7 @@ func TestNIXLRoundRobin(t *testing.T) { bothWays(t, testNIXLRoundRobin) }
 
 func testNIXLRoundRobin(t *testing.T) {
 	t.Parallel()
-	s := start(t, modeTopology(config.ModeNIXL, nil))
+	s := start(t, modeTopology(config.ModeNIXL, map[string]any{"prefill": map[string]any{"strategy": "round_robin"}, "decode": map[string]any{"strategy": "round_robin"}}))
 	const total, workers = 200, 8
 	var wg sync.WaitGroup
 	errs := make(chan string, total)
@@ -673,7 +673,7 @@ func TestNIXLByAddress(t *testing.T) { bothWays(t, testNIXLByAddress) }
 
 func testNIXLByAddress(t *testing.T) {
 	t.Parallel()
-	topo := modeTopology(config.ModeNIXL, nil)
+	topo := modeTopology(config.ModeNIXL, map[string]any{"prefill": map[string]any{"strategy": "round_robin"}, "decode": map[string]any{"strategy": "round_robin"}})
 	topo.Prefill[0].ByAddress, topo.Decode[0].ByAddress = true, true
 	s := start(t, topo)
 	var rs []*response

@@ -52,9 +52,10 @@ func TestWasmProfile(t *testing.T) {
 		tokens := k << 10
 		body := chat(text(int(float64(tokens)/perChar)), nil)
 		answer := prefillAnswer(tokens)
+		// round_robin, as BenchmarkFilterCPU: the fixed cost without the prefix index.
 		plugin := []byte(`{"mode":"nixl","threshold_tokens":0,` +
-			`"prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},` +
-			`"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`)
+			`"prefill":{"strategy":"round_robin","endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},` +
+			`"decode":{"strategy":"round_robin","endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`)
 		warm, n := 1000, 200 // warm: the VM's memory has grown (~600 requests)
 		if k >= 32 {
 			warm, n = 100, 50

@@ -43,9 +43,10 @@ func BenchmarkWayCPU(b *testing.B) {
 		answer := prefillAnswer(k << 10)
 		for _, way := range []config.RouteAt{config.RouteAtBody, config.RouteAtHeaders} {
 			b.Run(fmt.Sprintf("%s/%dk", way, k), func(b *testing.B) {
+				// round_robin, as BenchmarkFilterCPU: the ways' cost without the prefix index.
 				plugin := []byte(fmt.Sprintf(`{"mode":"nixl","threshold_tokens":0,"route_at":%q,`+
-					`"prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
-					`"decode":{"endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, way))
+					`"prefill":{"strategy":"round_robin","endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
+					`"decode":{"strategy":"round_robin","endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, way))
 				recycle := max(16, (64<<20)/len(body))
 				var d *envoyemu.Driver
 				defer func() {

@@ -16,9 +16,10 @@ const DevThreshold = 512
 // DevPorts, both pools balanced by cache_aware, threshold_tokens
 // DevThreshold compared with the tokens the chosen decoder does not hold
 // (threshold_on "uncached") — except in sglang mode, where the threshold is
-// 0 on the whole prompt: an SGLang decoder in disaggregation mode cannot
+// 0 on the whole prompt (an SGLang decoder in disaggregation mode cannot
 // serve a request without a prefiller's room, so every request must be
-// disaggregated.
+// disaggregated) and the decode pool keeps its sglang default, round_robin
+// (those decoders keep no prefix cache: docs/CONFIGURATION.md).
 func DevTopology(mode config.Mode) Topology {
 	plugin := map[string]any{
 		"threshold_tokens": DevThreshold,
@@ -29,6 +30,7 @@ func DevTopology(mode config.Mode) Topology {
 	if mode == config.ModeSGLang {
 		plugin["threshold_tokens"] = 0
 		delete(plugin, "threshold_on")
+		delete(plugin, "decode")
 	}
 	return Topology{Mode: mode, Ports: DevPorts, Plugin: plugin}
 }

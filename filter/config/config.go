@@ -280,9 +280,16 @@ type Discovery struct {
 // Pool is one pool of engine endpoints and how to balance over them. The
 // JSON field names are shared with lb.PoolConfig (docs/CONTRACTS.md).
 type Pool struct {
-	// Strategy ("strategy"). Default round_robin: needs no engine stats and is
-	// what every reference router does.
+	// Strategy ("strategy"). Default cache_aware (lb.DefaultPoolConfig says
+	// why), except round_robin for the decode pool in sglang mode: SGLang's
+	// PD decode engines keep no prefix cache unless started with
+	// --disaggregation-decode-enable-radix-cache, so there is nothing for
+	// cache_aware to find on them.
 	Strategy Strategy
+	// strategyGiven: the configuration set "strategy" (not null). Only an
+	// explicit strategy draws a headers-way limit (HeadersWayLimits); a
+	// default one was not asked for.
+	strategyGiven bool
 	// RunningWeight ("running_weight") weighs the engine's running requests
 	// in least_loaded and power_of_two. Default 1.
 	RunningWeight float64

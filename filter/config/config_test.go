@@ -63,7 +63,7 @@ func mustParse(t testing.TB, doc string) *Config {
 func TestParseDefaults(t *testing.T) {
 	c := mustParse(t, base[ModeNIXL])
 	pool := Pool{
-		Strategy: RoundRobin, RunningWeight: 1, WaitingWeight: 1, InflightWeight: 1,
+		Strategy: CacheAware, RunningWeight: 1, WaitingWeight: 1, InflightWeight: 1,
 		StatsMaxAge: 15 * time.Second, QPSWindow: 10 * time.Second,
 		AffinityPrefixBytes: 1024, AffinityLoadFactor: 1.25,
 		CacheLoadFactor: 1.5, CacheLoadSlack: 4, CacheMinGain: 0.1,
@@ -124,11 +124,11 @@ func TestParseEverySetting(t *testing.T) {
 		Paths:       []string{"/openai/v1/chat/completions"}, RouteHeader: "x-target",
 		OriginalDstCluster: "odst", PrefillTimeout: 1500 * time.Millisecond, OnPrefillFailure: OnFailureFail,
 		MaxBodyBytes: 1 << 20, StatsScrapeInterval: 0, DebugHeaders: true, SharedDataPrefix: "pd.a",
-		Prefill: Pool{Strategy: PrefixAffinity, RunningWeight: 2, WaitingWeight: 0.5, InflightWeight: 0,
+		Prefill: Pool{Strategy: PrefixAffinity, strategyGiven: true, RunningWeight: 2, WaitingWeight: 0.5, InflightWeight: 0,
 			StatsMaxAge: 100 * time.Millisecond, QPSWindow: 2 * time.Second, AffinityPrefixBytes: 64,
 			AffinityLoadFactor: 1, CacheLoadFactor: 2, CacheLoadSlack: 0, CacheMinGain: 0.5, FailureThreshold: 0, Cooldown: 5 * time.Millisecond,
 			Endpoints: []Endpoint{{Name: "p1", Cluster: "prefill-1", MetricsCluster: "prefill-1-metrics", Host: "p1.svc"}}},
-		Decode: Pool{Strategy: LeastLoaded, RunningWeight: 1, WaitingWeight: 1, InflightWeight: 1,
+		Decode: Pool{Strategy: LeastLoaded, strategyGiven: true, RunningWeight: 1, WaitingWeight: 1, InflightWeight: 1,
 			StatsMaxAge: 15 * time.Second, QPSWindow: 10 * time.Second, AffinityPrefixBytes: 1024,
 			AffinityLoadFactor: 1.25, CacheLoadFactor: 1.5, CacheLoadSlack: 4, CacheMinGain: 0.1, FailureThreshold: 3, Cooldown: 10 * time.Second,
 			Endpoints: []Endpoint{{Name: "d1", Address: "[fd00::2]:8000", Host: "fd00::2", MetricsCluster: "odst",
@@ -163,7 +163,7 @@ func TestParseResolvedFields(t *testing.T) {
 			"route_header", "null", "prefill.strategy", "null", "decode.endpoints.0.metrics_cluster", "null"),
 			func(t *testing.T, c *Config) {
 				if c.ThresholdTokens != 0 || len(c.Paths) != 3 || c.RouteHeader != "x-pdroute-cluster" ||
-					c.Prefill.Strategy != RoundRobin || c.Decode.Endpoints[0].MetricsCluster != "decode-1" {
+					c.Prefill.Strategy != CacheAware || c.Decode.Endpoints[0].MetricsCluster != "decode-1" {
 					t.Errorf("null did not keep defaults: %+v", c)
 				}
 			}},

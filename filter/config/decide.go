@@ -241,14 +241,17 @@ func (c *Config) HeadersWayDirect(api API) bool {
 
 // HeadersWayLimits says what requests taking the headers way give up under
 // this configuration, one sentence each (logged at start, and when auto
-// switches to the headers way).
+// switches to the headers way). A decode pool's cache_aware counts only when
+// the configuration sets it: the default one was not asked for.
 func (c *Config) HeadersWayLimits() []string {
 	var out []string
 	if c.Decode.Strategy == PrefixAffinity {
 		out = append(out, "decode.strategy prefix_affinity chooses the decoder before the body is read: "+
 			"by load (bounded-load hashing of a random key), not by prompt prefix")
 	}
-	if c.Decode.Strategy == CacheAware {
+	if c.Decode.Strategy == CacheAware && c.Decode.strategyGiven {
+		// Only when asked for: the default cache_aware takes round robin's
+		// turns there, which is what a user who did not choose it expects.
 		out = append(out, "decode.strategy cache_aware chooses the decoder before the body is read: "+
 			"in round robin's turns, not by the prompt's cached prefix (the prefill choice and threshold_on uncached still read the prompt)")
 	}

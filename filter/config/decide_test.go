@@ -204,6 +204,49 @@ func TestRouteAt(t *testing.T) {
 	}
 }
 
+// TestDefaultStrategy: cache_aware is every pool's default but an sglang
+// decode pool's, and only an explicit cache_aware decode pool draws the
+// headers-way limit.
+func TestDefaultStrategy(t *testing.T) {
+	tests := []struct {
+		name            string
+		doc             string
+		prefill, decode Strategy
+		limit           bool // HeadersWayLimits names cache_aware
+	}{
+		{"nixl default", base[ModeNIXL], CacheAware, CacheAware, false},
+		{"orchestrated default", base[ModeOrchestrated], CacheAware, CacheAware, false},
+		{"lmcache default", base[ModeLMCache], CacheAware, CacheAware, false},
+		{"sglang default: its PD decoders keep no prefix cache", base[ModeSGLang], CacheAware, RoundRobin, false},
+		{"null is the default", edit(t, base[ModeNIXL], "decode.strategy", "null"), CacheAware, CacheAware, false},
+		{"sglang null", edit(t, base[ModeSGLang], "decode.strategy", "null"), CacheAware, RoundRobin, false},
+		{"explicit cache_aware", edit(t, base[ModeNIXL], "decode.strategy", `"cache_aware"`), CacheAware, CacheAware, true},
+		{"sglang explicit cache_aware (decode radix cache on)", edit(t, base[ModeSGLang], "decode.strategy", `"cache_aware"`),
+			CacheAware, CacheAware, true},
+		{"explicit round_robin", edit(t, base[ModeNIXL], "prefill.strategy", `"round_robin"`, "decode.strategy", `"round_robin"`),
+			RoundRobin, RoundRobin, false},
+		{"headers way, default", edit(t, base[ModeNIXL], "route_at", `"headers"`), CacheAware, CacheAware, false},
+		{"headers way, explicit", edit(t, base[ModeNIXL], "route_at", `"headers"`, "decode.strategy", `"cache_aware"`),
+			CacheAware, CacheAware, true},
+	}
+	for _, tt := range tests {
+		c := mustParse(t, tt.doc)
+		if c.Prefill.Strategy != tt.prefill || c.Decode.Strategy != tt.decode {
+			t.Errorf("%s: strategies %s/%s, want %s/%s", tt.name, c.Prefill.Strategy, c.Decode.Strategy, tt.prefill, tt.decode)
+		}
+		limit := false
+		for _, l := range c.HeadersWayLimits() {
+			limit = limit || strings.Contains(l, "cache_aware")
+		}
+		if limit != tt.limit {
+			t.Errorf("%s: HeadersWayLimits = %q, want a cache_aware limit: %v", tt.name, c.HeadersWayLimits(), tt.limit)
+		}
+		if w := c.Warnings(); len(w) != 0 {
+			t.Errorf("%s: Warnings = %q", tt.name, w)
+		}
+	}
+}
+
 func TestDecideCached(t *testing.T) {
 	prompt := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "1000"))
 	uncached := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "1000", "threshold_on", `"uncached"`))
@@ -232,7 +275,8 @@ func TestDecideCached(t *testing.T) {
 	if got := uncached.Decide("POST", "/v1/completions", "", 1200); got != Disaggregate {
 		t.Errorf("Decide without a cache: %v", got)
 	}
-	if !uncached.UsesPrefixIndex() || prompt.UsesPrefixIndex() {
+	loadOnly := mustParse(t, edit(t, base[ModeNIXL], "prefill.strategy", `"round_robin"`, "decode.strategy", `"least_loaded"`))
+	if !uncached.UsesPrefixIndex() || !prompt.UsesPrefixIndex() || loadOnly.UsesPrefixIndex() {
 		t.Error("UsesPrefixIndex")
 	}
 	sg := edit(t, base[ModeSGLang], "threshold_on", `"uncached"`)

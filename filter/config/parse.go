@@ -455,6 +455,7 @@ func (p *parser) pool(path string, v gjson.Result, pool *Pool) {
 	p.object(path, v, fields{
 		"strategy": func(path string, v gjson.Result) {
 			enum(p, path, v, &pool.Strategy, RoundRobin, Random, LeastLoaded, QPS, PowerOfTwo, PrefixAffinity, CacheAware)
+			pool.strategyGiven = v.Type != gjson.Null
 		},
 		"running_weight": func(path string, v gjson.Result) {
 			p.number(path, v, 0, 1e6, &pool.RunningWeight)

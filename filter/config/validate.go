@@ -166,6 +166,14 @@ func (p *parser) check(c *Config) {
 		}
 	}
 
+	if c.Mode == ModeSGLang && !c.Decode.strategyGiven {
+		// SGLang's PD decode engines disable their radix cache unless
+		// started with --disaggregation-decode-enable-radix-cache: every
+		// request's KV comes whole from the prefiller, so cache_aware would
+		// only make the decode choice less even than round robin's.
+		c.Decode.Strategy = RoundRobin
+	}
+
 	names := map[string]string{} // endpoint name → path of its first use
 	if c.Mode == ModeSGLang && c.ThresholdOn == ThresholdOnUncached {
 		p.add("threshold_on", "\"uncached\" is not available in sglang mode: its decode engines "+

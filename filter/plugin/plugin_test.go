@@ -470,6 +470,7 @@ func TestClientGoneReleasesEverything(t *testing.T) {
 func TestDebugPathReportsSharedState(t *testing.T) {
 	cfg := strings.Replace(nixlConfig, `"debug_headers":true,`, `"debug_headers":true,"debug_path":"/_pdroute/state",`, 1)
 	cfg = strings.Replace(cfg, `"decode":{"endpoints"`, `"decode":{"strategy":"least_loaded","endpoints"`, 1)
+	cfg = strings.Replace(cfg, `"prefill":{"endpoints"`, `"prefill":{"strategy":"round_robin","endpoints"`, 1)
 	run(t, cfg, func(t *testing.T, h filtertest.Harness) {
 		busy, _ := send(t, h, "/v1/completions", `{"model":"m","prompt":"hi"}`) // direct: one decode in flight
 		state := func() gjson.Result {

@@ -37,15 +37,15 @@ func TestRun(t *testing.T) {
 		stderr string
 	}{
 		{"valid", []string{"check", valid}, "", 0,
-			"ok: mode nixl, disaggregate at >= 512 tokens, paths /v1/chat/completions /v1/completions /v1/responses, prefill 1 endpoint (round_robin), decode 2 endpoints (least_loaded), on_prefill_failure fallback\n", ""},
+			"ok: mode nixl, disaggregate at >= 512 tokens, paths /v1/chat/completions /v1/completions /v1/responses, prefill 1 endpoint (cache_aware), decode 2 endpoints (least_loaded), on_prefill_failure fallback\n", ""},
 		{"valid sglang", []string{"check", always}, "", 0,
-			"ok: mode sglang, always disaggregate, paths /v1/chat/completions /v1/completions /v1/responses /generate, prefill 1 endpoint (round_robin), decode 1 endpoint (round_robin), a failed prefill fails the request (on_prefill_failure does not apply)\n", ""},
+			"ok: mode sglang, always disaggregate, paths /v1/chat/completions /v1/completions /v1/responses /generate, prefill 1 endpoint (cache_aware), decode 1 endpoint (round_robin), a failed prefill fails the request (on_prefill_failure does not apply)\n", ""},
 		// issue 31: valid, but short requests would meet PD decoders that refuse them
 		{"sglang with a threshold", []string{"check", "-"}, `{"mode":"sglang","threshold_tokens":512,"prefill":{"endpoints":[{"name":"p","address":"10.0.0.1:30000"}]},"decode":{"endpoints":[{"name":"d","cluster":"d"}]}}`, 0,
-			"ok: mode sglang, disaggregate at >= 512 tokens, paths /v1/chat/completions /v1/completions /v1/responses /generate, prefill 1 endpoint (round_robin), decode 1 endpoint (round_robin), a failed prefill fails the request (on_prefill_failure does not apply)\n",
+			"ok: mode sglang, disaggregate at >= 512 tokens, paths /v1/chat/completions /v1/completions /v1/responses /generate, prefill 1 endpoint (cache_aware), decode 1 endpoint (round_robin), a failed prefill fails the request (on_prefill_failure does not apply)\n",
 			"warning: threshold_tokens: 512 in sglang mode sends requests below it straight to a decoder"},
 		{"stdin", []string{"check", "-"}, `{"mode":"nixl","prefill":{"endpoints":[{"name":"p","cluster":"p"}]},"decode":{"endpoints":[{"name":"d","cluster":"d"}]}}`, 0,
-			"ok: mode nixl, always disaggregate, paths /v1/chat/completions /v1/completions /v1/responses, prefill 1 endpoint (round_robin), decode 1 endpoint (round_robin), on_prefill_failure fallback\n", ""},
+			"ok: mode nixl, always disaggregate, paths /v1/chat/completions /v1/completions /v1/responses, prefill 1 endpoint (cache_aware), decode 1 endpoint (cache_aware), on_prefill_failure fallback\n", ""},
 		{"every problem, one per line", []string{"check", invalid}, "", 1, "",
 			"prefil: unknown field\n" +
 				`prefill.endpoints[0].address: "vllm-0:8000" is not an IP:port: the host must be an IP address (ORIGINAL_DST does not resolve names; use "cluster" for DNS names)` + "\n" +
