@@ -11,7 +11,8 @@ import (
 // or cached nil when nothing is known. Other strategies ignore them: it is
 // Pick(now, prefixKey).
 func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
-	view := len(cached) == len(b.all) && total > 0 && b.cfg.Strategy == CacheAware
+	// cached is per slot, free slots of a discovered pool included
+	view := len(cached) == b.n() && total > 0 && b.cfg.Strategy == CacheAware
 	if view {
 		b.cached, b.cachedTotal = cached, total
 		b.decayPending(now)
@@ -44,10 +45,13 @@ const (
 	pendingTau  = 3 * time.Second
 )
 
-// decayPending ages the pending work to now.
+// decayPending ages the pending work to now, one entry per slot (a
+// discovered pool widens as it grows).
 func (b *Balancer) decayPending(now time.Time) {
-	if b.pending == nil {
-		b.pending = make([]float64, len(b.all))
+	if n := b.n(); len(b.pending) < n {
+		b.pending = append(b.pending, make([]float64, n-len(b.pending))...)
+	}
+	if b.pendingAt.IsZero() {
 		b.pendingAt = now
 		return
 	}

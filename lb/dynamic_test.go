@@ -252,3 +252,45 @@ func TestDynamicOwnersWiden(t *testing.T) {
 		t.Fatalf("total of reset slot %d is %d", slot, iv.get(slot))
 	}
 }
+
+// cache_aware on a discovered pool: the prefix view and the pending prefill
+// are per slot, so a pool that grows, or keeps a free slot, still routes by
+// cache (the filter's cached slice has one entry per slot), and a new slot
+// can take a cold prompt without the VM's state being too narrow for it.
+func TestDynamicCacheAwareFollowsSlots(t *testing.T) {
+	b := newDynamic(t, NewMemStore(), CacheAware, 1, "a", "b")
+	now := t0
+	for range 4 { // pending prefill on both slots
+		l, err := b.PickCached(now, 0, []int{0, 0}, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(now)
+	}
+	// c arrives in a third slot and holds the prompt: it must get it.
+	if err := b.SetEndpoints(slots("a", "b", "c")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.PickCached(now, 0, []int{0, 0, 4096}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(now)
+	if l.Index != 2 {
+		t.Fatalf("grown pool: picked slot %d, want 2 (the holder)", l.Index)
+	}
+	// b leaves (a free slot): the holder in slot 2 still gets its prompt.
+	set := slots("a", "b", "c")
+	set[1].Name = ""
+	if err := b.SetEndpoints(set); err != nil {
+		t.Fatal(err)
+	}
+	l, err = b.PickCached(now, 0, []int{0, 0, 4096}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(now)
+	if l.Index != 2 {
+		t.Fatalf("pool with a free slot: picked slot %d, want 2 (the holder)", l.Index)
+	}
+}
