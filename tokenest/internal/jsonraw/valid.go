@@ -400,15 +400,21 @@ func skipIntegers(b []byte, i int) int {
 
 // integerWords is skipIntegers eight bytes at a time: from b[i], a digit
 // other than 0 that starts an element, it passes the words whose bytes are
-// all digits or commas with a digit other than 0 after each comma (after the
-// last byte, the byte that follows the word), to just after the last comma
-// of the last word passed: each element started in those words is then an
-// integer without a leading zero. It returns i when the first word does not
-// pass.
+// all digits or commas with a digit other than 0 after each comma (the
+// first byte of the next word after a comma that ends a word), and returns
+// the offset just after the last comma of the words passed: each element
+// started before it is then an integer without a leading zero, and the
+// element after it is read as any other. It returns i when no comma was
+// passed.
+//
+// The words go in steps of eight bytes, whatever they hold, with one bit
+// (a comma ended the word) carried to the next: no search for the last
+// comma in each word, which is found once, at the end.
 func integerWords(b []byte, i int) int {
 	const low7 = ones * 0x7F
-	for i+9 <= len(b) {
-		x := Word(b, i)
+	var carry, last, lastAt uint64 // lastAt: offset+1 of the last word with a comma
+	for j := i; j+8 <= len(b); j += 8 {
+		x := Word(b, j)
 		// The high bit of each byte says whether it is a digit, a comma,
 		// a '0': byte by byte, as no sum below carries into the next byte.
 		t := x ^ (ones * '0')
@@ -416,20 +422,28 @@ func integerWords(b []byte, i int) int {
 		zero := ^((t&low7 + low7) | t) & highs
 		c := x ^ (ones * ',')
 		comma := ^((c&low7 + low7) | c) & highs
-		if digit|comma != highs || comma == 0 {
+		// the bytes after the commas (after the last word's, this one's
+		// first) are digits other than 0
+		if digit|comma != highs || (comma<<8|carry)&^(digit&^zero) != 0 {
 			break
 		}
-		// the bytes after the commas: digits other than 0
-		after := (digit &^ zero) >> 8
-		if b[i+8]-'1' < 9 {
-			after |= 1 << 63
+		carry = comma >> 56
+		if comma != 0 {
+			last, lastAt = comma, uint64(j)+1
 		}
-		if comma&^after != 0 {
-			break
-		}
-		i += (63-bits.LeadingZeros64(comma))/8 + 1
 	}
-	return i
+	if lastAt == 0 {
+		return i
+	}
+	e := int(lastAt) + (63-bits.LeadingZeros64(last))/8
+	if carry != 0 && (e >= len(b) || b[e]-'1' >= 9) {
+		// The last word passed ended with a comma that no digit other
+		// than 0 follows: back to the start of the element before it (all
+		// digits, the run's first element at the latest).
+		for e--; e > i && b[e-1] != ','; e-- {
+		}
+	}
+	return e
 }
 
 // SkipNumber validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at b[i]
