@@ -402,18 +402,18 @@ func skipIntegers(b []byte, i int) int {
 // other than 0 that starts an element, it passes the words whose bytes are
 // all digits or commas with a digit other than 0 after each comma (the
 // first byte of the next word after a comma that ends a word), and returns
-// the offset just after the last comma of the words passed: each element
-// started before it is then an integer without a leading zero, and the
-// element after it is read as any other. It returns i when no comma was
-// passed.
+// the offset just after the last comma passed: each element started
+// before it is then an integer without a leading zero, and the element
+// after it is read as any other. It returns i when no comma was passed.
 //
 // The words go in steps of eight bytes, whatever they hold, with one bit
-// (a comma ended the word) carried to the next: no search for the last
-// comma in each word, which is found once, at the end.
+// (a comma ended the word) carried to the next: the last comma is looked
+// for once, back from where the words stopped.
 func integerWords(b []byte, i int) int {
 	const low7 = ones * 0x7F
-	var carry, last, lastAt uint64 // lastAt: offset+1 of the last word with a comma
-	for j := i; j+8 <= len(b); j += 8 {
+	var carry uint64
+	j := i
+	for ; j+8 <= len(b); j += 8 {
 		x := Word(b, j)
 		// The high bit of each byte says whether it is a digit, a comma,
 		// a '0': byte by byte, as no sum below carries into the next byte.
@@ -428,22 +428,18 @@ func integerWords(b []byte, i int) int {
 			break
 		}
 		carry = comma >> 56
-		if comma != 0 {
-			last, lastAt = comma, uint64(j)+1
+	}
+	// Back to the last comma passed (the elements are short); one that
+	// ended the last word passed counts only if a digit other than 0
+	// follows it, which the next word did not check.
+	for j > i && b[j-1] != ',' {
+		j--
+	}
+	if carry != 0 && (j >= len(b) || b[j]-'1' >= 9) {
+		for j--; j > i && b[j-1] != ','; j-- {
 		}
 	}
-	if lastAt == 0 {
-		return i
-	}
-	e := int(lastAt) + (63-bits.LeadingZeros64(last))/8
-	if carry != 0 && (e >= len(b) || b[e]-'1' >= 9) {
-		// The last word passed ended with a comma that no digit other
-		// than 0 follows: back to the start of the element before it (all
-		// digits, the run's first element at the latest).
-		for e--; e > i && b[e-1] != ','; e-- {
-		}
-	}
-	return e
+	return j
 }
 
 // SkipNumber validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at b[i]
