@@ -22,15 +22,26 @@ func Valid(b []byte) bool {
 // inside depth already open arrays and objects, and returns the offset just
 // after it, or -1 when it is not valid JSON or nests deeper than MaxDepth in
 // all.
+//
+// It is one loop without calls for what most values are (keys and other
+// short strings, integers, literals): a call costs more than such a value
+// in wasm, whose Go back end passes arguments and results through memory.
+// Longer strings, other numbers and runs of integers in arrays go to
+// SkipString, SkipNumber and skipIntegers.
 func Skip(b []byte, i, depth int) int {
 	var stack [MaxDepth / 64]uint64 // bit set: the level is an object
 	base := depth
+	key := false // the value expected is an object's key (with its colon)
 	for {
-		// A value is expected at b[i].
+		// A value (or a key) is expected at b[i].
 		if i >= len(b) {
 			return -1
 		}
-		switch c := b[i]; c {
+		c := b[i]
+		if key && c != '"' {
+			return -1
+		}
+		switch c {
 		case '{', '[':
 			if depth >= MaxDepth {
 				return -1
@@ -47,14 +58,39 @@ func Skip(b []byte, i, depth int) int {
 				i++
 				break
 			}
-			if c == '{' {
-				if i = objectKey(b, i); i < 0 {
+			key = c == '{'
+			continue
+		case '"':
+			// A string of up to fifteen bytes: its closing quote is the
+			// first stop of the two words after the opening one (as in
+			// SkipString).
+			e := -1
+			if len(b)-i > 16 {
+				k := i
+				x := Word(b, k+1)
+				if stops(x) == 0 {
+					k += 8
+					x = Word(b, k+1)
+				}
+				if m := stops(x); m != 0 && b[k+1+bits.TrailingZeros64(m)>>3] == '"' {
+					e = k + 2 + bits.TrailingZeros64(m)>>3
+				}
+			}
+			if e < 0 {
+				if e = SkipString(b, i); e < 0 {
 					return -1
 				}
 			}
-			continue
-		case '"':
-			i = SkipString(b, i)
+			i = e
+			if key {
+				i = SkipSpace(b, i)
+				if i >= len(b) || b[i] != ':' {
+					return -1
+				}
+				i = SkipSpace(b, i+1)
+				key = false
+				continue
+			}
 		case 't':
 			i = literal(b, i, "true")
 		case 'f':
@@ -62,10 +98,33 @@ func Skip(b []byte, i, depth int) int {
 		case 'n':
 			i = literal(b, i, "null")
 		default:
-			if d := uint(depth - 1); depth > base && stack[d/64]>>(d%64)&1 == 0 {
-				i = skipIntegers(b, i)
+			// An integer without sign, fraction or exponent, in line;
+			// the run of them that may start here in an array, and any
+			// other number, by calls.
+			j := i + 1
+			if c-'1' < 9 {
+				for j < len(b) && b[j]-'0' < 10 {
+					j++
+				}
+			} else if c != '0' {
+				i = SkipNumber(b, i)
+				break
 			}
-			i = SkipNumber(b, i)
+			if j >= len(b) {
+				i = j
+				break
+			}
+			if n := b[j]; n == ',' {
+				if d := uint(depth - 1); c != '0' && j+1 < len(b) && b[j+1]-'1' < 9 &&
+					depth > base && stack[d/64]>>(d%64)&1 == 0 {
+					i = SkipNumber(b, skipIntegers(b, i))
+					break
+				}
+			} else if n == '.' || n|0x20 == 'e' {
+				i = SkipNumber(b, i)
+				break
+			}
+			i = j
 		}
 		if i < 0 {
 			return -1
@@ -84,11 +143,7 @@ func Skip(b []byte, i, depth int) int {
 			switch {
 			case b[i] == ',':
 				i = SkipSpace(b, i+1)
-				if obj {
-					if i = objectKey(b, i); i < 0 {
-						return -1
-					}
-				}
+				key = obj
 			case obj && b[i] == '}', !obj && b[i] == ']':
 				depth--
 				i++
@@ -99,22 +154,6 @@ func Skip(b []byte, i, depth int) int {
 			break
 		}
 	}
-}
-
-// objectKey validates `"key" :` at b[i] and returns the offset after the
-// colon and its white space, or -1.
-func objectKey(b []byte, i int) int {
-	if i >= len(b) || b[i] != '"' {
-		return -1
-	}
-	if i = SkipString(b, i); i < 0 {
-		return -1
-	}
-	i = SkipSpace(b, i)
-	if i >= len(b) || b[i] != ':' {
-		return -1
-	}
-	return SkipSpace(b, i+1)
 }
 
 func literal(b []byte, i int, lit string) int {
