@@ -58,3 +58,30 @@ func BenchmarkEstimateNearShort(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEstimateNearMessages measures EstimateNear on chat requests
+// of 64 short messages: the walk's cost per message, with text and
+// without.
+func BenchmarkEstimateNearMessages(b *testing.B) {
+	for _, content := range []string{"", "Say hello in one word, please."} {
+		var body strings.Builder
+		body.WriteString(`{"model":"m","messages":[`)
+		for i := range 64 {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			fmt.Fprintf(&body, `{"role":"user","content":%q}`, content)
+		}
+		body.WriteString(`]}`)
+		raw := []byte(body.String())
+		b.Run(fmt.Sprintf("%dB", len(content)), func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			var x Index
+			for b.Loop() {
+				if _, err := EstimateNear(raw, "/v1/chat/completions", Default, 0, &x); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
