@@ -28,7 +28,10 @@ func FuzzEstimate(f *testing.F) {
 		`{"input":[{"type":"function_call","name":"f","arguments":{"a":[1,{"b":null}]}}]}`, `{"text":["a","b"],"image_data":[null,"x"]}`,
 		"{\"prompt\":\"\xff\\u12\"}", `{"prompt":"` + "\\" + `"}`, `[]`, `{"messages":[]}`, `{"prompt":"a","prompt":[7]}`,
 		`{"input":[{"content":"hi","role":"user","type":"message"},{"role":"user","type":"function_call","name":"f"}],"instructions":"x"}`,
-		`{"tools":[{"type":"function"}],"messages":[{"content":[{"text":"late type","type":"text"}],"role":"user","name":"n"}]}`} {
+		`{"tools":[{"type":"function"}],"messages":[{"content":[{"text":"late type","type":"text"}],"role":"user","name":"n"}]}`,
+		// nulls the walk reads without jsonraw.Skip, and near misses
+		`{"messages":[{"role":"user","content":null,"x":null}],"tools":null,"y":null}`, `{"messages":[{"role":"user","content":nullx}]}`,
+		`{"messages":[{"role":"user","x":nul}]}`, `{"messages":[{"role":"user"}],"y":nul`} {
 		for i := range fuzzPaths {
 			f.Add([]byte(s), uint8(i))
 		}

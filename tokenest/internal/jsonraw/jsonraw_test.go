@@ -43,6 +43,29 @@ func TestValidMatchesGJSON(t *testing.T) {
 	}
 }
 
+// TestValidMutations compares Valid with gjson.Valid on integer runs and
+// short strings with one byte replaced at every offset, so that each word
+// boundary of the eight-byte readers (integerWords, Skip's short strings)
+// meets every kind of byte.
+func TestValidMutations(t *testing.T) {
+	bases := []string{
+		`[1,22,333,4444,55555,1,22,333,4444,55555,1,22,333,4444,55555,7]`,
+		`{"a":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"b":[100,200,300,400,500,600]}`,
+		`{"abcdefghijklmno":"abcdefghijklmnop","":"","k":"abcdefg","kk":[12,"xyz",true]}`,
+	}
+	for _, base := range bases {
+		for at := range len(base) {
+			for _, c := range []byte("0 ,-.eE]}x\\\"\x01:5") {
+				b := []byte(base)
+				b[at] = c
+				if got, want := Valid(b), gjson.ValidBytes(b); got != want {
+					t.Errorf("Valid(%q) = %v, gjson says %v", b, got, want)
+				}
+			}
+		}
+	}
+}
+
 func FuzzValid(f *testing.F) {
 	for _, s := range validCases {
 		f.Add([]byte(s))

@@ -22,15 +22,26 @@ func Valid(b []byte) bool {
 // inside depth already open arrays and objects, and returns the offset just
 // after it, or -1 when it is not valid JSON or nests deeper than MaxDepth in
 // all.
+//
+// It is one loop without calls for what most values are (keys and other
+// short strings, integers, literals): a call costs more than such a value
+// in wasm, whose Go back end passes arguments and results through memory.
+// Longer strings, other numbers and runs of integers in arrays go to
+// SkipString, SkipNumber and skipIntegers.
 func Skip(b []byte, i, depth int) int {
 	var stack [MaxDepth / 64]uint64 // bit set: the level is an object
 	base := depth
+	key := false // the value expected is an object's key (with its colon)
 	for {
-		// A value is expected at b[i].
+		// A value (or a key) is expected at b[i].
 		if i >= len(b) {
 			return -1
 		}
-		switch c := b[i]; c {
+		c := b[i]
+		if key && c != '"' {
+			return -1
+		}
+		switch c {
 		case '{', '[':
 			if depth >= MaxDepth {
 				return -1
@@ -47,14 +58,39 @@ func Skip(b []byte, i, depth int) int {
 				i++
 				break
 			}
-			if c == '{' {
-				if i = objectKey(b, i); i < 0 {
+			key = c == '{'
+			continue
+		case '"':
+			// A string of up to fifteen bytes: its closing quote is the
+			// first stop of the two words after the opening one (as in
+			// SkipString).
+			e := -1
+			if len(b)-i > 16 {
+				k := i
+				x := Word(b, k+1)
+				if stops(x) == 0 {
+					k += 8
+					x = Word(b, k+1)
+				}
+				if m := stops(x); m != 0 && b[k+1+bits.TrailingZeros64(m)>>3] == '"' {
+					e = k + 2 + bits.TrailingZeros64(m)>>3
+				}
+			}
+			if e < 0 {
+				if e = SkipString(b, i); e < 0 {
 					return -1
 				}
 			}
-			continue
-		case '"':
-			i = SkipString(b, i)
+			i = e
+			if key {
+				i = SkipSpace(b, i)
+				if i >= len(b) || b[i] != ':' {
+					return -1
+				}
+				i = SkipSpace(b, i+1)
+				key = false
+				continue
+			}
 		case 't':
 			i = literal(b, i, "true")
 		case 'f':
@@ -62,10 +98,33 @@ func Skip(b []byte, i, depth int) int {
 		case 'n':
 			i = literal(b, i, "null")
 		default:
-			if d := uint(depth - 1); depth > base && stack[d/64]>>(d%64)&1 == 0 {
-				i = skipIntegers(b, i)
+			// An integer without sign, fraction or exponent, in line;
+			// the run of them that may start here in an array, and any
+			// other number, by calls.
+			j := i + 1
+			if c-'1' < 9 {
+				for j < len(b) && b[j]-'0' < 10 {
+					j++
+				}
+			} else if c != '0' {
+				i = SkipNumber(b, i)
+				break
 			}
-			i = SkipNumber(b, i)
+			if j >= len(b) {
+				i = j
+				break
+			}
+			if n := b[j]; n == ',' {
+				if d := uint(depth - 1); c != '0' && j+1 < len(b) && b[j+1]-'1' < 9 &&
+					depth > base && stack[d/64]>>(d%64)&1 == 0 {
+					i = SkipNumber(b, skipIntegers(b, i))
+					break
+				}
+			} else if n == '.' || n|0x20 == 'e' {
+				i = SkipNumber(b, i)
+				break
+			}
+			i = j
 		}
 		if i < 0 {
 			return -1
@@ -84,11 +143,7 @@ func Skip(b []byte, i, depth int) int {
 			switch {
 			case b[i] == ',':
 				i = SkipSpace(b, i+1)
-				if obj {
-					if i = objectKey(b, i); i < 0 {
-						return -1
-					}
-				}
+				key = obj
 			case obj && b[i] == '}', !obj && b[i] == ']':
 				depth--
 				i++
@@ -99,22 +154,6 @@ func Skip(b []byte, i, depth int) int {
 			break
 		}
 	}
-}
-
-// objectKey validates `"key" :` at b[i] and returns the offset after the
-// colon and its white space, or -1.
-func objectKey(b []byte, i int) int {
-	if i >= len(b) || b[i] != '"' {
-		return -1
-	}
-	if i = SkipString(b, i); i < 0 {
-		return -1
-	}
-	i = SkipSpace(b, i)
-	if i >= len(b) || b[i] != ':' {
-		return -1
-	}
-	return SkipSpace(b, i+1)
 }
 
 func literal(b []byte, i int, lit string) int {
@@ -400,15 +439,21 @@ func skipIntegers(b []byte, i int) int {
 
 // integerWords is skipIntegers eight bytes at a time: from b[i], a digit
 // other than 0 that starts an element, it passes the words whose bytes are
-// all digits or commas with a digit other than 0 after each comma (after the
-// last byte, the byte that follows the word), to just after the last comma
-// of the last word passed: each element started in those words is then an
-// integer without a leading zero. It returns i when the first word does not
-// pass.
+// all digits or commas with a digit other than 0 after each comma (the
+// first byte of the next word after a comma that ends a word), and returns
+// the offset just after the last comma passed: each element started
+// before it is then an integer without a leading zero, and the element
+// after it is read as any other. It returns i when no comma was passed.
+//
+// The words go in steps of eight bytes, whatever they hold, with one bit
+// (a comma ended the word) carried to the next: the last comma is looked
+// for once, back from where the words stopped.
 func integerWords(b []byte, i int) int {
 	const low7 = ones * 0x7F
-	for i+9 <= len(b) {
-		x := Word(b, i)
+	var carry uint64
+	j := i
+	for ; j+8 <= len(b); j += 8 {
+		x := Word(b, j)
 		// The high bit of each byte says whether it is a digit, a comma,
 		// a '0': byte by byte, as no sum below carries into the next byte.
 		t := x ^ (ones * '0')
@@ -416,20 +461,24 @@ func integerWords(b []byte, i int) int {
 		zero := ^((t&low7 + low7) | t) & highs
 		c := x ^ (ones * ',')
 		comma := ^((c&low7 + low7) | c) & highs
-		if digit|comma != highs || comma == 0 {
+		// the bytes after the commas (after the last word's, this one's
+		// first) are digits other than 0
+		if digit|comma != highs || (comma<<8|carry)&^(digit&^zero) != 0 {
 			break
 		}
-		// the bytes after the commas: digits other than 0
-		after := (digit &^ zero) >> 8
-		if b[i+8]-'1' < 9 {
-			after |= 1 << 63
-		}
-		if comma&^after != 0 {
-			break
-		}
-		i += (63-bits.LeadingZeros64(comma))/8 + 1
+		carry = comma >> 56
 	}
-	return i
+	// Back to the last comma passed (the elements are short); one that
+	// ended the last word passed counts only if a digit other than 0
+	// follows it, which the next word did not check.
+	for j > i && b[j-1] != ',' {
+		j--
+	}
+	if carry != 0 && (j >= len(b) || b[j]-'1' >= 9) {
+		for j--; j > i && b[j-1] != ','; j-- {
+		}
+	}
+	return j
 }
 
 // SkipNumber validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at b[i]
