@@ -8,6 +8,7 @@ import (
 	"github.com/pdroute/pdroute/filter/config"
 	"github.com/pdroute/pdroute/lb"
 	"github.com/pdroute/pdroute/lb/prefix"
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 // prefixRouting is a root's handle on the shared prefix index, present when
@@ -20,6 +21,7 @@ type prefixRouting struct {
 	prompt             prefix.Prompt
 	match              prefix.Match
 	preCached, decCach []int
+	members            []prefix.Member
 	// Metrics: how routed requests found the chosen decoder's cache.
 	decisions map[string]abi.MetricCounter // threshold decisions by route and by cache
 	share     abi.MetricHistogram          // cached share of the prompt on the decoder, percent
@@ -60,10 +62,22 @@ func (p *prefixRouting) setEndpoints(cfg *config.Config) {
 }
 
 // lookup renders the body and finds what each endpoint holds of it. It
-// reports false when the body has no prompt the index reads.
-func (p *prefixRouting) lookup(body []byte, path string, now time.Time) bool {
+// reports false when the body has no prompt the index reads. x, when
+// complete, is the estimate's index of the body's members: rendering from
+// it spares reading the whole body again.
+func (p *prefixRouting) lookup(body []byte, x *tokenest.Index, path string, now time.Time) bool {
 	p.preCached, p.decCach = p.preCached[:0], p.decCach[:0]
-	if !p.render.Render(body, path, &p.prompt) {
+	var ok bool
+	if x.Complete() {
+		p.members = p.members[:0]
+		for _, m := range x.Members {
+			p.members = append(p.members, prefix.Member(m))
+		}
+		ok = p.render.RenderMembers(body, p.members, path, &p.prompt)
+	} else {
+		ok = p.render.Render(body, path, &p.prompt)
+	}
+	if !ok {
 		return false
 	}
 	p.index.Lookup(&p.prompt, now, &p.match)

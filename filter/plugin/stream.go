@@ -268,7 +268,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	// The decoder is chosen first (on the headers way it already is): without
 	// one nothing can be served, no prefill should run for nothing, and with
 	// threshold_on "uncached" the decision depends on what that decoder holds.
-	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, s.api.Path(), time.Now())
+	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, &s.r.index, s.api.Path(), time.Now())
 	if !s.pickDecode(body) {
 		return types.ActionPause
 	}

@@ -1,15 +1,19 @@
 package prefix
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pdroute/pdroute/lb"
+	"github.com/pdroute/pdroute/tokenest"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -280,10 +284,11 @@ func FuzzRender(f *testing.F) {
 	r := NewRenderer(64)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var p Prompt
-		for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate"} {
+		for _, path := range renderPaths {
 			if r.Render(body, path, &p) && len(p.Hashes) != p.Bytes/64 {
 				t.Fatalf("%d hashes for %d bytes", len(p.Hashes), p.Bytes)
 			}
+			renderBoth(t, r, body, path)
 		}
 	})
 }
@@ -315,4 +320,89 @@ func FuzzRecord(f *testing.F) {
 			t.Fatalf("touch grew the record to %d bytes", len(out))
 		}
 	})
+}
+
+// renderBoth renders body with Render and, when tokenest finds its
+// members (a valid JSON object), with RenderMembers, and fails if they
+// differ.
+func renderBoth(t *testing.T, r *Renderer, body []byte, path string) {
+	t.Helper()
+	var want, got Prompt
+	okWant := r.Render(body, path, &want)
+	wantHashes := append([]uint64(nil), want.Hashes...)
+	var x tokenest.Index
+	if !x.Read(body) {
+		return
+	}
+	members := make([]Member, len(x.Members))
+	for i, m := range x.Members {
+		members[i] = Member(m)
+	}
+	okGot := r.RenderMembers(body, members, path, &got)
+	if okGot != okWant || got.Bytes != want.Bytes || !slices.Equal(got.Hashes, wantHashes) {
+		t.Fatalf("%s %q: RenderMembers %t %d %x, Render %t %d %x", path, body, okGot, got.Bytes, got.Hashes, okWant, want.Bytes, wantHashes)
+	}
+}
+
+var renderPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate", "/v1/embeddings"}
+
+func TestRenderMembersIsRender(t *testing.T) {
+	r := NewRenderer(64)
+	long := strings.Repeat("the cat sat on the mat ", 40)
+	for _, body := range []string{
+		string(chatBody("m", "", long, "hi")),
+		string(chatBody("m", "salt", long, "hi")),
+		`{"model":"m","model":"n","prompt":"` + long + `"}`,     // the last key counts
+		`{"model":7,"cache_salt":null,"prompt":"` + long + `"}`, // not strings: ""
+		`{"model":"x","prompt":"` + long + `"}`,                 // an escaped key
+		`{"tools":[{"type":"function"}],"instructions":"be brief","input":"` + long + `"}`,
+		`{"input_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26]}`,
+		`{"text":"` + long + `","input_ids":[1,2]}`,
+		`{"messages":[]}`,
+		`{}`,
+	} {
+		for _, path := range renderPaths {
+			renderBoth(t, r, []byte(body), path)
+		}
+	}
+}
+
+// The chain in one loop is blockHash's, block after block.
+func TestHashIsBlockHashChain(t *testing.T) {
+	r := NewRenderer(64)
+	text := []byte(strings.Repeat("0123456789abcdefghij", 50)) // 1000 bytes: 15 blocks and a rest
+	var p Prompt
+	r.HashText("m", "s", text, &p)
+	h := seed("m", "s")
+	if len(p.Hashes) != len(text)/64 {
+		t.Fatalf("%d hashes", len(p.Hashes))
+	}
+	for i := range p.Hashes {
+		h = blockHash(h, text[i*64:(i+1)*64])
+		if p.Hashes[i] != h {
+			t.Fatalf("block %d: %x, blockHash chain %x", i, p.Hashes[i], h)
+		}
+	}
+	for _, n := range []int{8, 13, 64} { // whole words, a rest, no rest
+		if got, want := blockHash(7, text[:n]), blockHashBytes(7, text[:n]); got != want {
+			t.Errorf("blockHash of %d bytes %x, byte-wise %x", n, got, want)
+		}
+	}
+}
+
+// blockHashBytes is blockHash with the word loads spelled out.
+func blockHashBytes(prev uint64, block []byte) uint64 {
+	h := prev
+	for len(block) >= 8 {
+		h = bits.RotateLeft64((h^binary.LittleEndian.Uint64(block))*0x9e3779b97f4a7c15, 27) * 0xc2b2ae3d27d4eb4f
+		block = block[8:]
+	}
+	for _, c := range block {
+		h = (h ^ uint64(c)) * 0x100000001b3
+	}
+	h = mix64(h ^ prev>>1)
+	if h == 0 {
+		h = 1
+	}
+	return h
 }

@@ -1,7 +1,7 @@
 package prefix
 
 import (
-	"encoding/binary"
+	"bytes"
 	"math/bits"
 	"strings"
 	"unsafe"
@@ -60,69 +60,120 @@ func (r *Renderer) Render(body []byte, path string, p *Prompt) bool {
 	if len(body) == 0 {
 		return false
 	}
-	var model, salt string
-	var part [6]string // tools, instructions, messages/prompt/input/text, input_ids
-	const (
-		tools = iota
-		instructions
-		messages
-		prompt
-		input
-		text
-	)
-	var ids string
+	var f fields
 	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "model":
-			model = v.Str
-		case "cache_salt":
-			salt = v.Str
-		case "tools":
-			part[tools] = v.Raw
-		case "instructions":
-			part[instructions] = v.Raw
-		case "messages":
-			part[messages] = v.Raw
-		case "prompt":
-			part[prompt] = v.Raw
-		case "input":
-			part[input] = v.Raw
-		case "text":
-			part[text] = v.Raw
-		case "input_ids":
-			ids = v.Raw
-		}
+		f.set(k.Str, v.Raw)
 		return true
 	})
+	return r.render(&f, path, p)
+}
+
+// Member is a top-level member of a request body, as offsets into it: the
+// key with its quotes at [Start, KeyEnd), the value at [Val, End) (the
+// layout of tokenest.Member).
+type Member struct{ Start, KeyEnd, Val, End int }
+
+// RenderMembers is [Renderer.Render] for a caller that has already found
+// the body's top-level members (the filter's estimate does, validating the
+// body): it spares reading the whole body again to find them, which in
+// wasm costs more than the hashing (~1.6 ns a byte). members must describe
+// body, in document order, repeated keys included; the result is Render's.
+func (r *Renderer) RenderMembers(body []byte, members []Member, path string, p *Prompt) bool {
+	p.Hashes, p.Bytes = p.Hashes[:0], 0
+	var f fields
+	for _, m := range members {
+		key := body[m.Start:m.KeyEnd]
+		if len(key) < 2 || bytes.IndexByte(key, '\\') >= 0 {
+			return r.Render(body, path, p) // an escaped key: decoded as Render does
+		}
+		f.set(unsafe.String(unsafe.SliceData(key[1:]), len(key)-2), unsafe.String(unsafe.SliceData(body[m.Val:]), m.End-m.Val))
+	}
+	return r.render(&f, path, p)
+}
+
+// The parts of a request Render reads, by kind.
+const (
+	partTools = iota
+	partInstructions
+	partMessages
+	partPrompt
+	partInput
+	partText
+	numParts
+)
+
+// fields are the members Render reads, as raw JSON (the last of repeated
+// keys counts, as in every engine's parser).
+type fields struct {
+	model, salt string // raw JSON values
+	part        [numParts]string
+	ids         string
+}
+
+func (f *fields) set(key, raw string) {
+	switch key {
+	case "model":
+		f.model = raw
+	case "cache_salt":
+		f.salt = raw
+	case "tools":
+		f.part[partTools] = raw
+	case "instructions":
+		f.part[partInstructions] = raw
+	case "messages":
+		f.part[partMessages] = raw
+	case "prompt":
+		f.part[partPrompt] = raw
+	case "input":
+		f.part[partInput] = raw
+	case "text":
+		f.part[partText] = raw
+	case "input_ids":
+		f.ids = raw
+	}
+}
+
+// Orders of the parts per API (tools first: the chat templates put them in
+// the system turn).
+var (
+	orderChat      = []int{partTools, partMessages}
+	orderResponses = []int{partTools, partInstructions, partInput}
+	orderPrompt    = []int{partPrompt}
+	orderText      = []int{partText}
+)
+
+func (r *Renderer) render(f *fields, path string, p *Prompt) bool {
 	path, _, _ = strings.Cut(path, "?")
 	var order []int
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
-		order = []int{tools, messages}
+		order = orderChat
 	case strings.HasSuffix(path, "/responses"):
-		order = []int{tools, instructions, input}
+		order = orderResponses
 	case strings.HasSuffix(path, "/completions"):
-		order = []int{prompt}
+		order = orderPrompt
 	case strings.HasSuffix(path, "/generate"):
-		if part[text] == "" {
-			part[text] = ids
+		if f.part[partText] == "" {
+			f.part[partText] = f.ids
 		}
-		order = []int{text}
+		order = orderText
 	default:
 		return false
 	}
 	b := r.buf[:0]
 	for _, i := range order {
-		if part[i] != "" {
+		if f.part[i] != "" {
 			b = append(b, byte('A'+i))
-			b = append(b, part[i]...)
+			b = append(b, f.part[i]...)
 		}
 	}
 	r.buf = b
-	if len(b) == 0 || part[order[len(order)-1]] == "" {
+	if len(b) == 0 || f.part[order[len(order)-1]] == "" {
 		return false
 	}
-	r.hash(seed(model, salt), b, p)
+	// the model and the salt as strings, as gjson reads them ("" for
+	// anything but a string)
+	r.hash(seed(gjson.Parse(f.model).Str, gjson.Parse(f.salt).Str), b, p)
 	return true
 }
 
@@ -133,11 +184,26 @@ func (r *Renderer) HashText(model, salt string, text []byte, p *Prompt) {
 	r.hash(seed(model, salt), text, p)
 }
 
+// hash chains the full blocks of text onto h, one hash per block (see
+// blockHash; the same chain in one loop: a call per block costs in wasm).
 func (r *Renderer) hash(h uint64, text []byte, p *Prompt) {
 	p.Bytes = len(text)
-	n := len(text) / r.blockBytes
-	for i := range n {
-		h = blockHash(h, text[i*r.blockBytes:(i+1)*r.blockBytes])
+	bb := r.blockBytes
+	for len(text) >= bb {
+		block := text[:bb:bb]
+		text = text[bb:]
+		prev := h
+		i := 0
+		for ; i+8 <= len(block); i += 8 {
+			h = bits.RotateLeft64((h^word(block, i))*0x9e3779b97f4a7c15, 27) * 0xc2b2ae3d27d4eb4f
+		}
+		for ; i < len(block); i++ {
+			h = (h ^ uint64(block[i])) * 0x100000001b3
+		}
+		h = mix64(h ^ prev>>1)
+		if h == 0 {
+			h = 1
+		}
 		p.Hashes = append(p.Hashes, h)
 	}
 }
@@ -159,10 +225,11 @@ func seed(model, salt string) uint64 {
 // in wasm. It is not cryptographic: a collision only misroutes.
 func blockHash(prev uint64, block []byte) uint64 {
 	h := prev
-	for len(block) >= 8 {
-		h = bits.RotateLeft64((h^binary.LittleEndian.Uint64(block))*0x9e3779b97f4a7c15, 27) * 0xc2b2ae3d27d4eb4f
-		block = block[8:]
+	i := 0
+	for ; i+8 <= len(block); i += 8 {
+		h = bits.RotateLeft64((h^word(block, i))*0x9e3779b97f4a7c15, 27) * 0xc2b2ae3d27d4eb4f
 	}
+	block = block[i:]
 	for _, c := range block {
 		h = (h ^ uint64(c)) * 0x100000001b3
 	}
