@@ -8,7 +8,7 @@ import (
 
 // The block reader. Between pieces, where the replay is idle, blocks reads
 // a text 64 bytes at a time without looking at pieces one by one: it turns
-// a block into bitmaps of character classes (bit k: byte k; see planes and
+// a block into bitmaps of character classes (bit k: byte k; see
 // classify) and derives the pieces' features from them with shifts, masks,
 // additions and population counts. Lower-case words are counted by length,
 // punctuation runs by length, digit groups, white-space runs, word
@@ -100,32 +100,6 @@ type classes struct {
 	quotes uint64 // in a JSON string, the raw bytes that are quotes, escaped or not
 }
 
-// planes turns the first 64 bytes of b into eight bit planes: plane j
-// holds bit j of every byte (bit k of the plane: byte k). Two
-// transpositions of 8×8 matrices: the bits within each 8-byte word, then
-// the bytes across words. Scalars rather than an array, so that the
-// compiler keeps them in registers. classify does the same in line (in
-// wasm the call, whose eight results go through memory, cost 8 % of the
-// block reader's time); the tests take the planes from here.
-func planes(b []byte) (b0, b1, b2, b3, b4, b5, b6, b7 uint64) {
-	b = b[:64]
-	// The three byte stages commute; interleaving them with the bit
-	// transposes keeps fewer values live at once.
-	b0, b1 = swapBytes(transposeBits(jsonraw.Word(b, 0)), transposeBits(jsonraw.Word(b, 8)), 8, 0x00FF00FF00FF00FF)
-	b2, b3 = swapBytes(transposeBits(jsonraw.Word(b, 16)), transposeBits(jsonraw.Word(b, 24)), 8, 0x00FF00FF00FF00FF)
-	b0, b2 = swapBytes(b0, b2, 16, 0x0000FFFF0000FFFF)
-	b1, b3 = swapBytes(b1, b3, 16, 0x0000FFFF0000FFFF)
-	b4, b5 = swapBytes(transposeBits(jsonraw.Word(b, 32)), transposeBits(jsonraw.Word(b, 40)), 8, 0x00FF00FF00FF00FF)
-	b6, b7 = swapBytes(transposeBits(jsonraw.Word(b, 48)), transposeBits(jsonraw.Word(b, 56)), 8, 0x00FF00FF00FF00FF)
-	b4, b6 = swapBytes(b4, b6, 16, 0x0000FFFF0000FFFF)
-	b5, b7 = swapBytes(b5, b7, 16, 0x0000FFFF0000FFFF)
-	b0, b4 = swapBytes(b0, b4, 32, 0x00000000FFFFFFFF)
-	b1, b5 = swapBytes(b1, b5, 32, 0x00000000FFFFFFFF)
-	b2, b6 = swapBytes(b2, b6, 32, 0x00000000FFFFFFFF)
-	b3, b7 = swapBytes(b3, b7, 32, 0x00000000FFFFFFFF)
-	return
-}
-
 // transposeBits transposes x as an 8×8 bit matrix whose rows are its
 // bytes: bit j of byte i becomes bit i of byte j.
 func transposeBits(x uint64) uint64 {
@@ -152,8 +126,10 @@ func swapBytes(a, b uint64, s uint, m uint64) (uint64, uint64) {
 // the closing quote, a control byte or a \u or malformed escape (see the
 // escapes below).
 func (c *classes) classify(b []byte, avail int, json bool) int {
-	// the bit planes (see planes; a call costs wasm more than the
-	// transposition)
+	// the bit planes: plane j holds bit j of every byte (bit k: byte k),
+	// by two transpositions of 8×8 matrices, the bits within each word,
+	// then the bytes across words (planes_test.go has it as a function;
+	// a call costs wasm more than the transposition)
 	var b0, b1, b2, b3, b4, b5, b6, b7 uint64
 	w := b[:64]
 	// The three byte stages commute; interleaving them with the bit
