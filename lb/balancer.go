@@ -120,7 +120,7 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		fp.Write([]byte{0})
 		h := fnv.New64a()
 		h.Write([]byte(e.Name))
-		b.nameHash[i] = mix64(h.Sum64())
+		b.nameHash[i] = Mix64(h.Sum64())
 		b.all[i] = i
 	}
 	b.setKeys(fmt.Sprintf("lb/%s/%016x/", pool, fp.Sum64()))
@@ -440,16 +440,16 @@ func (b *Balancer) affinity(v inflightView, key uint64) int {
 		if uint64(v.get(i)) >= limit {
 			continue
 		}
-		if s := mix64(key ^ b.nameHash[i]); best < 0 || s > bestScore {
+		if s := Mix64(key ^ b.nameHash[i]); best < 0 || s > bestScore {
 			best, bestScore = i, s
 		}
 	}
 	return best
 }
 
-// mix64 is the splitmix64 finalizer: a bijection whose output bits each depend on
+// Mix64 is the splitmix64 finalizer: a bijection whose output bits each depend on
 // all input bits, so (key ^ endpoint) scores are independent across endpoints.
-func mix64(x uint64) uint64 {
+func Mix64(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

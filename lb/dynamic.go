@@ -89,7 +89,7 @@ func (b *Balancer) SetEndpoints(eps []Endpoint) error {
 		}
 		h := fnv.New64a()
 		h.Write([]byte(e.Name))
-		b.nameHash[i] = mix64(h.Sum64())
+		b.nameHash[i] = Mix64(h.Sum64())
 		b.all = append(b.all, i)
 	}
 	if cap(b.usableBuf) < len(b.all) {

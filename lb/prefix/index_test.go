@@ -107,7 +107,7 @@ func prompt(rng *rand.Rand, shared []uint64, extra int) Prompt {
 		h = shared[len(shared)-1]
 	}
 	for range extra {
-		h = mix64(h ^ rng.Uint64())
+		h = lb.Mix64(h ^ rng.Uint64())
 		p.Hashes = append(p.Hashes, h)
 	}
 	p.Bytes = len(p.Hashes)*512 + 100
@@ -399,7 +399,7 @@ func blockHash(prev uint64, block []byte) uint64 {
 	for _, c := range block {
 		h = (h ^ uint64(c)) * 0x100000001b3
 	}
-	h = mix64(h ^ prev>>1)
+	h = lb.Mix64(h ^ prev>>1)
 	if h == 0 {
 		h = 1
 	}

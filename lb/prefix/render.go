@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/pdroute/pdroute/lb"
 )
 
 // Prompt is a request's prompt as the index sees it: the chained hashes of
@@ -205,7 +207,7 @@ func (r *Renderer) hash(h uint64, text []byte, p *Prompt) {
 		for ; i < len(block); i++ {
 			h = (h ^ uint64(block[i])) * 0x100000001b3
 		}
-		h = mix64(h ^ prev>>1)
+		h = lb.Mix64(h ^ prev>>1)
 		if h == 0 {
 			h = 1
 		}
@@ -220,17 +222,7 @@ func seed(model, salt string) uint64 {
 		for i := 0; i < len(s); i++ {
 			h = (h ^ uint64(s[i])) * 0x100000001b3
 		}
-		h = mix64(h ^ uint64(len(s)))
+		h = lb.Mix64(h ^ uint64(len(s)))
 	}
 	return h
-}
-
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }
