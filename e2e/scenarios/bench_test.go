@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/pdroute/pdroute/e2e/envoyemu"
 	"github.com/pdroute/pdroute/e2e/mocks"
 	"github.com/pdroute/pdroute/e2e/stack"
+	"github.com/pdroute/pdroute/e2e/wasmbuild"
 	"github.com/pdroute/pdroute/filter/config"
 	"github.com/pdroute/pdroute/filter/connector"
 	"github.com/pdroute/pdroute/hostcalls/kvbridge"
@@ -68,11 +70,9 @@ func processCPU() time.Duration {
 // time inside VM calls plus the Driver's small bookkeeping.
 func BenchmarkFilterCPU(b *testing.B) {
 	code := pluginCode(b)
-	probe := text(64 << 10)
-	perChar := float64(estimate(b, chat(probe, nil), "/v1/chat/completions")) / float64(len(probe))
 	for _, k := range []int{1, 8, 32, 128} {
 		tokens := k << 10
-		body := chat(text(int(float64(tokens)/perChar)), nil)
+		body := chatOfTokens(b, k, nil)
 		est := estimate(b, body, "/v1/chat/completions")
 		answer := prefillAnswer(tokens)
 		for _, route := range []string{"direct", "disagg"} {
@@ -81,39 +81,99 @@ func BenchmarkFilterCPU(b *testing.B) {
 				if route == "direct" {
 					threshold = 4 * tokens
 				}
-				// round_robin: the fixed cost, without the prefix index
-				// (BenchmarkCacheAwareCPU measures cache_aware's).
-				plugin := []byte(fmt.Sprintf(`{"mode":"nixl","threshold_tokens":%d,`+
-					`"prefill":{"strategy":"round_robin","endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
-					`"decode":{"strategy":"round_robin","endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, threshold))
-				// One warm VM serves every request, as an Envoy worker's
-				// does: answered calls leave the Driver (startBenchDriver),
-				// and one request before the timer grows its memory.
-				d, err := startBenchDriver(code, plugin, stack.EmulatedEnvoy)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer d.Close()
-				driveRequest(b, d, body, route == "disagg", answer)
-				var calls int64
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu0 := processCPU() // this process's CPU time in the timed part
-				for range b.N {
-					before := d.Stats().Calls
-					driveRequest(b, d, body, route == "disagg", answer)
-					calls += d.Stats().Calls - before
-				}
-				cpu := processCPU() - cpu0
-				b.ReportMetric(float64(calls)/float64(b.N), "vmcalls/op")
-				// CPU time moves less than wall time on a shared machine
-				// (BENCHMARKS.md: noise)
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+				d := benchDriver(b, code, benchPlugin(threshold))
+				cpuPerRequest(b, d, body, route == "disagg", answer)
 				b.ReportMetric(float64(est), "est-tokens")
 			})
 		}
 	}
+}
+
+// BenchmarkFloorCPU runs e2e/floorfilter as BenchmarkFilterCPU runs the
+// filter, disaggregated: the least a Go-wasm filter does for the request
+// (host calls, copies, the emulator), without and with tokenest's
+// estimate. BenchmarkFilterCPU minus "estimate" is what pdroute's own
+// logic costs on top.
+func BenchmarkFloorCPU(b *testing.B) {
+	code := floorCode(b)
+	for _, k := range []int{1, 8, 32, 128} {
+		body := chatOfTokens(b, k, nil)
+		answer := prefillAnswer(k << 10)
+		for _, conf := range []string{"bare", "estimate"} {
+			b.Run(fmt.Sprintf("%s/%dk", conf, k), func(b *testing.B) {
+				cpuPerRequest(b, benchDriver(b, code, []byte(conf)), body, true, answer)
+			})
+		}
+	}
+}
+
+// BenchmarkFilterFixed is the filter's cost on a chat request of one word:
+// what every request costs whatever its length.
+func BenchmarkFilterFixed(b *testing.B) {
+	code := pluginCode(b)
+	body := chat("hello", nil)
+	answer := prefillAnswer(16)
+	for _, route := range []string{"direct", "disagg"} {
+		b.Run(route, func(b *testing.B) {
+			threshold := 0
+			if route == "direct" {
+				threshold = 1 << 20
+			}
+			cpuPerRequest(b, benchDriver(b, code, benchPlugin(threshold)), body, route == "disagg", answer)
+		})
+	}
+}
+
+// benchPlugin is a nixl configuration with one prefiller and one decoder,
+// round_robin: the fixed cost without the prefix index
+// (BenchmarkCacheAwareCPU measures cache_aware's).
+func benchPlugin(threshold int) []byte {
+	return []byte(fmt.Sprintf(`{"mode":"nixl","threshold_tokens":%d,`+
+		`"prefill":{"strategy":"round_robin","endpoints":[{"name":"p","address":"10.0.0.1:8000"}]},`+
+		`"decode":{"strategy":"round_robin","endpoints":[{"name":"d","address":"10.0.0.2:8000"}]}}`, threshold))
+}
+
+// benchDriver is one warm VM of code that serves every request, as an
+// Envoy worker's does: answered calls leave the Driver (startBenchDriver).
+// The test's end closes it.
+func benchDriver(b *testing.B, code, plugin []byte) *envoyemu.Driver {
+	d, err := startBenchDriver(code, plugin, stack.EmulatedEnvoy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(d.Close)
+	return d
+}
+
+// cpuPerRequest times b.N requests through d after one that grows the VM's
+// memory, and reports this process's CPU time per request (CPU time moves
+// less than wall time on a shared machine; BENCHMARKS.md: noise) and the
+// VM calls per request.
+func cpuPerRequest(b *testing.B, d *envoyemu.Driver, body []byte, disagg bool, answer []byte) {
+	driveRequest(b, d, body, disagg, answer)
+	var calls int64
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for range b.N {
+		before := d.Stats().Calls
+		driveRequest(b, d, body, disagg, answer)
+		calls += d.Stats().Calls - before
+	}
+	cpu := processCPU() - cpu0
+	b.ReportMetric(float64(calls)/float64(b.N), "vmcalls/op")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// floorCode is e2e/floorfilter's module.
+func floorCode(t testing.TB) []byte {
+	t.Helper()
+	code, err := os.ReadFile(wasmbuild.ForTest(t, "./e2e/floorfilter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
 }
 
 // requestChunk is how Envoy hands a request body to filters here (the
