@@ -377,6 +377,11 @@ func (d *Driver) CompleteHttpContext(id uint32) {
 	s.ctx.log(s.reqH, s.respH, s.respT)
 	s.ctx.onDestroy()
 	delete(d.streams, id)
+	if s.reqBuf != nil {
+		// Nothing reads the stream's buffer any more (RequestBody
+		// copies): its memory serves the next stream.
+		s.reqBuf.release()
+	}
 }
 
 // CurrentHttpStreamAction is the result of the last callback of the stream.
@@ -432,8 +437,17 @@ func bytesOf(b *bodyBuf) []byte {
 }
 
 // HTTPCallouts returns every call the plugin dispatched, answered or not, in
-// dispatch order (as proxytest's callout attributes).
-func (d *Driver) HTTPCallouts() []HTTPCallout { return append([]HTTPCallout(nil), d.history...) }
+// dispatch order (as proxytest's callout attributes). The bodies are the
+// caller's copies: the Driver reuses its own once a call is forgotten.
+func (d *Driver) HTTPCallouts() []HTTPCallout {
+	out := append([]HTTPCallout(nil), d.history...)
+	for i := range out {
+		if out[i].Body != nil {
+			out[i].Body = append([]byte{}, out[i].Body...)
+		}
+	}
+	return out
+}
 
 // PendingHTTPCallouts returns the tokens of the calls not answered yet.
 func (d *Driver) PendingHTTPCallouts() []uint32 {
@@ -466,15 +480,24 @@ func (d *Driver) deliver(token uint32, res *calloutResult) {
 		panic(fmt.Sprintf("envoyemu: no pending http call with token %d", token))
 	}
 	delete(d.callouts, token)
+	forgotten := false
 	if d.forget {
 		for i := range d.history {
 			if d.history[i].Token == token {
 				d.history = append(d.history[:i], d.history[i+1:]...)
+				forgotten = true
 				break
 			}
 		}
 	}
 	d.vm.deliverCallout(co, res)
+	if forgotten && !d.vm.inVMCall() {
+		// Answered and out of the history, as Envoy frees a call's
+		// request once it completes: the body's memory serves the next
+		// call (HTTPCallouts lent none of it).
+		d.vm.spares.put(co.body)
+		co.body = nil
+	}
 }
 
 // Logs returns every captured log line.
@@ -577,7 +600,7 @@ func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 		// whole for an edit of its head).
 		if v, ok := s.reqH.get("content-length"); ok {
 			if n, err := strconv.Atoi(v); err == nil && n > len(data.b) && n <= s.d.limit {
-				*buf = *withRoom(n)
+				*buf = *withRoom(&s.d.vm.spares, n)
 			}
 		}
 	}

@@ -572,7 +572,14 @@ func proxyHTTPCall(v *vm, s []uint64) {
 		s[0] = stInvalidMemoryAccess
 		return
 	}
-	token, status := root.httpCall(cluster, envoyPairs(hdrs), append([]byte(nil), body...), envoyPairs(trailers), int32(a32(s, 8)))
+	var own []byte // Envoy copies the body out of the VM once (Buffer::add)
+	if len(body) > 0 {
+		own = append(v.spares.get(len(body)), body...)
+	}
+	token, status := root.httpCall(cluster, envoyPairs(hdrs), own, envoyPairs(trailers), int32(a32(s, 8)))
+	if status != stOK {
+		v.spares.put(own) // refused: nothing holds it
+	}
 	v.writeU32(tokenPtr, token)
 	s[0] = status
 }

@@ -95,6 +95,9 @@ type vm struct {
 	pendingDone map[uint32]bool // roots whose proxy_on_done returned false
 	trapNext    bool            // Host.InjectTrap: the next host call traps
 
+	// spares recycles body memory (the Driver's; see spares).
+	spares spares
+
 	nextHTTPCallID uint32
 	nextMetricID   [3]uint32
 	metrics        map[uint32]*metric
