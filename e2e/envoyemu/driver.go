@@ -300,10 +300,20 @@ func (d *Driver) CallOnRequestBody(id uint32, body []byte, eos bool) types.Actio
 	s := d.stream(id)
 	buffering := s.ctx.bufferingReq
 	chunk := &bodyBuf{}
-	if buf := s.reqBuf; buffering && buf != nil && cap(buf.b)-len(buf.b) >= len(body) {
-		// The chunk joins the buffered body at once (decodeData): read
-		// it straight into the buffer's room, as Envoy reads a socket
-		// into the slices it then moves, instead of copying it twice.
+	if s.reqBuf == nil && len(body) > 0 {
+		// The first chunk of an announced body: the buffer the plugin
+		// may ask for (StopIterationAndBuffer) is made now, so the
+		// chunk can be read into it (below).
+		if n, ok := s.announced(); ok && n >= len(body) {
+			s.reqBuf = withRoom(&d.vm.spares, n)
+		}
+	}
+	if buf := s.reqBuf; buf != nil && (buffering || len(buf.b) == 0) && cap(buf.b)-len(buf.b) >= len(body) {
+		// Read the chunk straight into the buffer's room, as Envoy reads
+		// a socket into the slices it then moves: if it joins the
+		// buffered body (decodeData, addDecodedData), it is there
+		// already. The chunk's own capacity ends with it, so an append
+		// to the chunk alone moves it out.
 		chunk.b = buf.b[len(buf.b) : len(buf.b)+len(body) : len(buf.b)+len(body)]
 		copy(chunk.b, body)
 	} else {
@@ -593,15 +603,13 @@ func (s *driverStream) sendLocalReply(code int, body []byte, headers [][2]string
 
 func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 	buf := s.decodingBuffer()
-	if buf.b == nil && s.reqH != nil {
+	if buf.b == nil {
 		// Envoy buffers by moving the chunks' slices, never copying what
 		// it holds: room for the announced body keeps the emulator from
 		// copying it over and over as it grows (and from copying it
 		// whole for an edit of its head).
-		if v, ok := s.reqH.get("content-length"); ok {
-			if n, err := strconv.Atoi(v); err == nil && n > len(data.b) && n <= s.d.limit {
-				*buf = *withRoom(&s.d.vm.spares, n)
-			}
+		if n, ok := s.announced(); ok && n > len(data.b) {
+			*buf = *withRoom(&s.d.vm.spares, n)
 		}
 	}
 	if n := len(buf.b); len(data.b) > 0 && cap(buf.b)-n >= len(data.b) && &buf.b[:n+1][n] == &data.b[0] {
@@ -615,6 +623,20 @@ func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 		return false
 	}
 	return true
+}
+
+// announced is the request's content-length when it is a number within
+// the buffer limit.
+func (s *driverStream) announced() (int, bool) {
+	if s.reqH == nil {
+		return 0, false
+	}
+	v, ok := s.reqH.get("content-length")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n <= s.d.limit
 }
 
 func (s *driverStream) addEncodedData(data *bodyBuf) bool {
