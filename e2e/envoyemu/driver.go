@@ -346,7 +346,13 @@ func (d *Driver) CallOnResponseHeaders(id uint32, headers [][2]string, eos bool)
 	s := d.stream(id)
 	s.respH = newHeaderMap(headers)
 	if code, ok := s.respH.get(":status"); ok {
-		fmt.Sscan(code, &s.sinfo.responseCode)
+		// Plain decimal without fmt; anything else (a leading 0 is
+		// octal to Sscan, a sign, trailing text) as before.
+		if n, err := strconv.Atoi(code); err == nil && code[0] >= '1' && code[0] <= '9' {
+			s.sinfo.responseCode = n
+		} else {
+			fmt.Sscan(code, &s.sinfo.responseCode)
+		}
 	}
 	s.action = action(s.ctx.encodeHeaders(s.respH, eos) != headersContinue)
 	return s.action
@@ -544,7 +550,7 @@ func metricValue(p *process, kind abispec.MetricType, name string) (uint64, bool
 
 // SharedData returns a value of the shared data of vmID and its CAS.
 func (d *Driver) SharedData(vmID, key string) ([]byte, uint32, bool) {
-	return d.proc.shared.get(vmID, key)
+	return d.proc.shared.get(vmID, []byte(key))
 }
 
 // InjectTrap makes the VM trap at its next host call, as a fault inside the

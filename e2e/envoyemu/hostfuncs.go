@@ -385,7 +385,9 @@ func proxyGetHeaderMapPairs(v *vm, s []uint64) {
 	m := v.effectiveContext().headerMapFor(t)
 	var data []byte
 	if m.len() > 0 {
-		data = abispec.AppendPairs(nil, m.pairs)
+		// Encoded in the VM's scratch, which copyOut copies at once.
+		v.scratch = abispec.AppendPairs(v.scratch[:0], m.pairs)
+		data = v.scratch
 	}
 	if !v.copyOut(data, a32(s, 1), a32(s, 2)) {
 		s[0] = stInvalidMemoryAccess
@@ -627,7 +629,7 @@ func proxyGetCurrentTime(v *vm, s []uint64) {
 // --- shared data and queues ---
 
 func proxyGetSharedData(v *vm, s []uint64) {
-	key, ok := v.readString(a32(s, 0), a32(s, 1))
+	key, ok := v.read(a32(s, 0), a32(s, 1))
 	if !ok {
 		s[0] = stInvalidMemoryAccess
 		return

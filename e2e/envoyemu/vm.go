@@ -97,6 +97,9 @@ type vm struct {
 
 	// spares recycles body memory (the Driver's; see spares).
 	spares spares
+	// scratch holds what a host function encodes for the guest until
+	// copyOut has copied it (header map pairs).
+	scratch []byte
 
 	nextHTTPCallID uint32
 	nextMetricID   [3]uint32
