@@ -74,7 +74,8 @@ func (v *vm) deliverCallout(co *callout, res *calloutResult) {
 		v.addAfterVMCall(func() { v.deliverCallout(co, res) })
 		return
 	}
-	v.proc.logf(LevelDebug, v.name, "wasm: http call %d to %s answered (failed=%t)", co.token, co.cluster, res.failed)
+	v.proc.logLine(LevelDebug, v.name, "wasm: http call "+strconv.FormatUint(uint64(co.token), 10)+" to "+co.cluster+
+		" answered (failed="+strconv.FormatBool(res.failed)+")")
 	nh, nt := 0, 0
 	if res.failed {
 		root.statusCode = uint32(abispec.StatusBrokenConnection)

@@ -300,10 +300,20 @@ func (d *Driver) CallOnRequestBody(id uint32, body []byte, eos bool) types.Actio
 	s := d.stream(id)
 	buffering := s.ctx.bufferingReq
 	chunk := &bodyBuf{}
-	if buf := s.reqBuf; buffering && buf != nil && cap(buf.b)-len(buf.b) >= len(body) {
-		// The chunk joins the buffered body at once (decodeData): read
-		// it straight into the buffer's room, as Envoy reads a socket
-		// into the slices it then moves, instead of copying it twice.
+	if s.reqBuf == nil && len(body) > 0 {
+		// The first chunk of an announced body: the buffer the plugin
+		// may ask for (StopIterationAndBuffer) is made now, so the
+		// chunk can be read into it (below).
+		if n, ok := s.announced(); ok && n >= len(body) {
+			s.reqBuf = withRoom(&d.vm.spares, n)
+		}
+	}
+	if buf := s.reqBuf; buf != nil && (buffering || len(buf.b) == 0) && cap(buf.b)-len(buf.b) >= len(body) {
+		// Read the chunk straight into the buffer's room, as Envoy reads
+		// a socket into the slices it then moves: if it joins the
+		// buffered body (decodeData, addDecodedData), it is there
+		// already. The chunk's own capacity ends with it, so an append
+		// to the chunk alone moves it out.
 		chunk.b = buf.b[len(buf.b) : len(buf.b)+len(body) : len(buf.b)+len(body)]
 		copy(chunk.b, body)
 	} else {
@@ -336,7 +346,13 @@ func (d *Driver) CallOnResponseHeaders(id uint32, headers [][2]string, eos bool)
 	s := d.stream(id)
 	s.respH = newHeaderMap(headers)
 	if code, ok := s.respH.get(":status"); ok {
-		fmt.Sscan(code, &s.sinfo.responseCode)
+		// Plain decimal without fmt; anything else (a leading 0 is
+		// octal to Sscan, a sign, trailing text) as before.
+		if n, err := strconv.Atoi(code); err == nil && code[0] >= '1' && code[0] <= '9' {
+			s.sinfo.responseCode = n
+		} else {
+			fmt.Sscan(code, &s.sinfo.responseCode)
+		}
 	}
 	s.action = action(s.ctx.encodeHeaders(s.respH, eos) != headersContinue)
 	return s.action
@@ -377,6 +393,11 @@ func (d *Driver) CompleteHttpContext(id uint32) {
 	s.ctx.log(s.reqH, s.respH, s.respT)
 	s.ctx.onDestroy()
 	delete(d.streams, id)
+	if s.reqBuf != nil {
+		// Nothing reads the stream's buffer any more (RequestBody
+		// copies): its memory serves the next stream.
+		s.reqBuf.release()
+	}
 }
 
 // CurrentHttpStreamAction is the result of the last callback of the stream.
@@ -432,8 +453,17 @@ func bytesOf(b *bodyBuf) []byte {
 }
 
 // HTTPCallouts returns every call the plugin dispatched, answered or not, in
-// dispatch order (as proxytest's callout attributes).
-func (d *Driver) HTTPCallouts() []HTTPCallout { return append([]HTTPCallout(nil), d.history...) }
+// dispatch order (as proxytest's callout attributes). The bodies are the
+// caller's copies: the Driver reuses its own once a call is forgotten.
+func (d *Driver) HTTPCallouts() []HTTPCallout {
+	out := append([]HTTPCallout(nil), d.history...)
+	for i := range out {
+		if out[i].Body != nil {
+			out[i].Body = append([]byte{}, out[i].Body...)
+		}
+	}
+	return out
+}
 
 // PendingHTTPCallouts returns the tokens of the calls not answered yet.
 func (d *Driver) PendingHTTPCallouts() []uint32 {
@@ -466,15 +496,24 @@ func (d *Driver) deliver(token uint32, res *calloutResult) {
 		panic(fmt.Sprintf("envoyemu: no pending http call with token %d", token))
 	}
 	delete(d.callouts, token)
+	forgotten := false
 	if d.forget {
 		for i := range d.history {
 			if d.history[i].Token == token {
 				d.history = append(d.history[:i], d.history[i+1:]...)
+				forgotten = true
 				break
 			}
 		}
 	}
 	d.vm.deliverCallout(co, res)
+	if forgotten && !d.vm.inVMCall() {
+		// Answered and out of the history, as Envoy frees a call's
+		// request once it completes: the body's memory serves the next
+		// call (HTTPCallouts lent none of it).
+		d.vm.spares.put(co.body)
+		co.body = nil
+	}
 }
 
 // Logs returns every captured log line.
@@ -511,7 +550,7 @@ func metricValue(p *process, kind abispec.MetricType, name string) (uint64, bool
 
 // SharedData returns a value of the shared data of vmID and its CAS.
 func (d *Driver) SharedData(vmID, key string) ([]byte, uint32, bool) {
-	return d.proc.shared.get(vmID, key)
+	return d.proc.shared.get(vmID, []byte(key))
 }
 
 // InjectTrap makes the VM trap at its next host call, as a fault inside the
@@ -570,15 +609,13 @@ func (s *driverStream) sendLocalReply(code int, body []byte, headers [][2]string
 
 func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 	buf := s.decodingBuffer()
-	if buf.b == nil && s.reqH != nil {
+	if buf.b == nil {
 		// Envoy buffers by moving the chunks' slices, never copying what
 		// it holds: room for the announced body keeps the emulator from
 		// copying it over and over as it grows (and from copying it
 		// whole for an edit of its head).
-		if v, ok := s.reqH.get("content-length"); ok {
-			if n, err := strconv.Atoi(v); err == nil && n > len(data.b) && n <= s.d.limit {
-				*buf = *withRoom(n)
-			}
+		if n, ok := s.announced(); ok && n > len(data.b) {
+			*buf = *withRoom(&s.d.vm.spares, n)
 		}
 	}
 	if n := len(buf.b); len(data.b) > 0 && cap(buf.b)-n >= len(data.b) && &buf.b[:n+1][n] == &data.b[0] {
@@ -592,6 +629,20 @@ func (s *driverStream) addDecodedData(data *bodyBuf) bool {
 		return false
 	}
 	return true
+}
+
+// announced is the request's content-length when it is a number within
+// the buffer limit.
+func (s *driverStream) announced() (int, bool) {
+	if s.reqH == nil {
+		return 0, false
+	}
+	v, ok := s.reqH.get("content-length")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n <= s.d.limit
 }
 
 func (s *driverStream) addEncodedData(data *bodyBuf) bool {

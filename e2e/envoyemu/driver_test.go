@@ -170,3 +170,56 @@ func TestDriverForgetAnswered(t *testing.T) {
 		t.Errorf("history after one answer %+v, want only %d", h, pending[1])
 	}
 }
+
+// TestDriverReusesBodyMemory: a stream's buffered body and a forgotten
+// call's body serve the next ones (the same memory, not zeroed in between),
+// while what a test was handed (RequestBody, HTTPCallouts) keeps its bytes
+// and each stream still sees only its own body.
+func TestDriverReusesBodyMemory(t *testing.T) {
+	d := newKitchenDriver(t, DriverOptions{ForgetAnswered: true})
+	var fronts []*byte
+	var bodies [][]byte
+	for i, text := range []string{"first body, longer", "second"} {
+		id := d.InitializeHttpContext()
+		d.CallOnRequestHeaders(id, [][2]string{{":path", "/body-buffer"}, {":method", "POST"},
+			{"content-length", strconv.Itoa(len(text))}}, false)
+		d.CallOnRequestBody(id, []byte(text[:3]), false)
+		d.CallOnRequestBody(id, []byte(text[3:]), true)
+		fronts = append(fronts, &d.streams[id].reqBuf.front[0])
+		bodies = append(bodies, d.RequestBody(id))
+		if got := string(bodies[i]); got != text {
+			t.Errorf("stream %d: body %q, want %q", i, got, text)
+		}
+		d.CompleteHttpContext(id)
+	}
+	if fronts[0] != fronts[1] {
+		t.Error("the second stream's buffer is not the first one's memory")
+	}
+	if string(bodies[0]) != "first body, longer" {
+		t.Errorf("a body handed out changed: %q", bodies[0])
+	}
+
+	var seen []HTTPCallout
+	var mem []*byte
+	for i, body := range []string{"call-body-one", "two"} {
+		id := d.InitializeHttpContext()
+		d.CallOnRequestHeaders(id, [][2]string{{":path", "/call?cluster=c&path=/x&body=" + body}, {":method", "GET"}}, true)
+		calls := d.HTTPCallouts()
+		if len(calls) != 1 || string(calls[0].Body) != body {
+			t.Fatalf("call %d: %+v", i, calls)
+		}
+		seen = append(seen, calls[0])
+		mem = append(mem, &d.history[0].Body[0])
+		d.CallOnHttpCallResponse(calls[0].Token, [][2]string{{":status", "200"}}, nil, []byte("answer"))
+		if r := d.SentLocalResponse(id); r == nil || !strings.Contains(string(r.Body), `body="answer"`) {
+			t.Fatalf("call %d: reply %+v", i, r)
+		}
+		d.CompleteHttpContext(id)
+	}
+	if mem[0] != mem[1] {
+		t.Error("the second call's body is not the forgotten first one's memory")
+	}
+	if string(seen[0].Body) != "call-body-one" {
+		t.Errorf("a call body handed out changed: %q", seen[0].Body)
+	}
+}

@@ -97,37 +97,72 @@ func (h *headerMap) len() int {
 type bodyBuf struct {
 	b []byte
 	// front, when set, is an allocation b started inside of, with room
-	// before b to prepend in (see withRoom).
+	// before b to prepend in (see withRoom); len(front) == cap(front).
 	front []byte
+	// spares, when set, lent front: front goes back there once nothing
+	// reads it (release, or an edit that outgrows it).
+	spares *spares
 }
 
 // withRoom is an empty bodyBuf for about n bytes, with room to append them
 // and to prepend a tenth of them (64 KiB at least) without moving what it
 // holds: Envoy's drain and prepend (a decode edit of the body's head) move
-// slices, not the body.
-func withRoom(n int) *bodyBuf {
-	room := max(64<<10, n/10)
-	front := make([]byte, room+n)
-	return &bodyBuf{b: front[room:room], front: front}
+// slices, not the body. Its memory comes from p (not zeroed: nothing reads
+// past what was written) and goes back with release.
+func withRoom(p *spares, n int) *bodyBuf {
+	room := headRoom(n)
+	front := p.get(room + n)
+	front = front[:cap(front)]
+	return &bodyBuf{b: front[room:room], front: front, spares: p}
+}
+
+// headRoom is the room withRoom leaves before a body of n bytes.
+func headRoom(n int) int { return max(64<<10, n/10) }
+
+// release gives b's memory back to the spares it came from; b is empty
+// and must not be used afterwards.
+func (b *bodyBuf) release() {
+	if b.spares != nil && b.front != nil {
+		b.spares.put(b.front)
+	}
+	*b = bodyBuf{}
 }
 
 // copyFrom is proxy_set_buffer_bytes on an HTTP body (Envoy Buffer::copyFrom):
 // start 0 drains size bytes then prepends data (so 0/0 prepends and 0/len
 // replaces); start at or past the end appends; anything else is BadArgument.
+// data never aliases b (it is read from the VM's memory). Each byte of data
+// is copied once; the body kept is copied only when its room is too small.
 func (b *bodyBuf) copyFrom(start, size uint32, data []byte) bool {
 	switch {
 	case start == 0:
 		drain := min(int(size), len(b.b))
 		rest := b.b[drain:]
+		if b.front != nil && len(rest) == 0 && len(data) <= len(b.front) {
+			// Everything drained: data is the body, in the same room.
+			off := min(headRoom(len(data)), len(b.front)-len(data))
+			b.b = b.front[off : off+copy(b.front[off:], data)]
+			return true
+		}
 		if off := cap(b.front) - cap(rest); b.front != nil && len(rest) > 0 && off >= len(data) &&
 			&b.front[off] == &rest[0] { // rest is still inside front
 			copy(b.front[off-len(data):], data)
 			b.b = b.front[off-len(data) : off+len(rest)]
 			return true
 		}
-		b.front = nil
-		out := make([]byte, 0, len(data)+len(rest))
-		b.b = append(append(out, data...), rest...)
+		var out []byte
+		if b.spares != nil {
+			out = b.spares.get(len(data) + len(rest))
+		} else {
+			out = make([]byte, 0, len(data)+len(rest))
+		}
+		out = append(append(out, data...), rest...)
+		if b.spares != nil {
+			b.spares.put(b.front) // rest, which may live there, is copied
+			b.b, b.front = out, out[:cap(out)]
+		} else {
+			b.b, b.front = out, nil
+		}
 		return true
 	case int(start) >= len(b.b):
 		b.b = append(b.b, data...)

@@ -1,7 +1,9 @@
 package envoyemu
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
@@ -98,29 +100,66 @@ func FuzzEnvoyPairs(f *testing.F) {
 }
 
 // TestBodyBufRoom checks drain-and-prepend in a body buffered with room in
-// front: the same bytes as without room, in place while the room lasts.
+// front: the same bytes as without room, in place while the room lasts,
+// whether its memory is new or a dirty spare.
 func TestBodyBufRoom(t *testing.T) {
+	dirty := func() *spares {
+		p := &spares{}
+		p.put(bytes.Repeat([]byte{0xff}, 200<<10))
+		return p
+	}
 	for _, tc := range []struct {
 		drain uint32
 		data  string
-	}{{0, "ab"}, {3, "x"}, {3, "xyz"}, {2, "0123456789"}, {9, "all"}, {0, ""}} {
-		plain := &bodyBuf{b: []byte("abcdefghi")}
-		room := withRoom(9)
-		room.b = append(room.b, "abcdefghi"...)
-		for range 3 { // repeated: the room is used up and then reallocated
-			if !plain.copyFrom(0, tc.drain, []byte(tc.data)) || !room.copyFrom(0, tc.drain, []byte(tc.data)) {
-				t.Fatal("copyFrom refused a drain and prepend")
+	}{{0, "ab"}, {3, "x"}, {3, "xyz"}, {2, "0123456789"}, {9, "all"}, {0, ""}, {9, ""}, {1 << 20, strings.Repeat("z", 100<<10)}} {
+		for _, p := range []*spares{{}, dirty()} {
+			plain := &bodyBuf{b: []byte("abcdefghi")}
+			room := withRoom(p, 9)
+			room.b = append(room.b, "abcdefghi"...)
+			for range 3 { // repeated: the room is used up and then reallocated
+				if !plain.copyFrom(0, tc.drain, []byte(tc.data)) || !room.copyFrom(0, tc.drain, []byte(tc.data)) {
+					t.Fatal("copyFrom refused a drain and prepend")
+				}
+				if string(room.b) != string(plain.b) {
+					t.Fatalf("drain %d prepend %.20q: %.20q, want %.20q", tc.drain, tc.data, room.b, plain.b)
+				}
 			}
-			if string(room.b) != string(plain.b) {
-				t.Fatalf("drain %d prepend %q: %q, want %q", tc.drain, tc.data, room.b, plain.b)
-			}
+			room.release()
 		}
 	}
-	b := withRoom(4)
+	b := withRoom(&spares{}, 4)
 	b.b = append(b.b, "body"...)
 	front := &b.front[0]
 	b.copyFrom(0, 1, []byte("head-"))
 	if string(b.b) != "head-ody" || &b.front[0] != front {
 		t.Fatalf("%q: not prepended in place", b.b)
+	}
+	b.copyFrom(0, 8, []byte("new body"))
+	if string(b.b) != "new body" || &b.front[0] != front {
+		t.Fatalf("%q: not replaced in place", b.b)
+	}
+}
+
+// TestSpares checks that a spare comes back at most once, with room for
+// what was asked, and that the list keeps the largest buffers.
+func TestSpares(t *testing.T) {
+	var p spares
+	if b := p.get(10); len(b) != 0 || cap(b) < 10 {
+		t.Fatalf("empty list: len %d cap %d", len(b), cap(b))
+	}
+	for _, n := range []int{100, 50, 400, 200, 300, 10} {
+		p.put(make([]byte, n))
+	}
+	if len(p.bufs) != maxSpares {
+		t.Fatalf("%d spares kept, want %d", len(p.bufs), maxSpares)
+	}
+	if b := p.get(150); cap(b) != 200 { // the smallest that fits
+		t.Fatalf("get(150): cap %d, want 200", cap(b))
+	}
+	if b := p.get(150); cap(b) != 300 {
+		t.Fatalf("second get(150): cap %d, want 300", cap(b))
+	}
+	if b := p.get(500); cap(b) != 500 || len(p.bufs) != 2 {
+		t.Fatalf("get(500): cap %d, %d spares left", cap(b), len(p.bufs))
 	}
 }

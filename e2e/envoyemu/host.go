@@ -401,7 +401,7 @@ func (h *Host) Metric(kind abispec.MetricType, name string) (uint64, bool) {
 
 // SharedData returns a shared-data value of vmID and its CAS.
 func (h *Host) SharedData(vmID, key string) ([]byte, uint32, bool) {
-	return h.proc.shared.get(vmID, key)
+	return h.proc.shared.get(vmID, []byte(key))
 }
 
 // Logs returns every captured log line (host and plugin).

@@ -385,7 +385,9 @@ func proxyGetHeaderMapPairs(v *vm, s []uint64) {
 	m := v.effectiveContext().headerMapFor(t)
 	var data []byte
 	if m.len() > 0 {
-		data = abispec.AppendPairs(nil, m.pairs)
+		// Encoded in the VM's scratch, which copyOut copies at once.
+		v.scratch = abispec.AppendPairs(v.scratch[:0], m.pairs)
+		data = v.scratch
 	}
 	if !v.copyOut(data, a32(s, 1), a32(s, 2)) {
 		s[0] = stInvalidMemoryAccess
@@ -572,7 +574,14 @@ func proxyHTTPCall(v *vm, s []uint64) {
 		s[0] = stInvalidMemoryAccess
 		return
 	}
-	token, status := root.httpCall(cluster, envoyPairs(hdrs), append([]byte(nil), body...), envoyPairs(trailers), int32(a32(s, 8)))
+	var own []byte // Envoy copies the body out of the VM once (Buffer::add)
+	if len(body) > 0 {
+		own = append(v.spares.get(len(body)), body...)
+	}
+	token, status := root.httpCall(cluster, envoyPairs(hdrs), own, envoyPairs(trailers), int32(a32(s, 8)))
+	if status != stOK {
+		v.spares.put(own) // refused: nothing holds it
+	}
 	v.writeU32(tokenPtr, token)
 	s[0] = status
 }
@@ -620,7 +629,7 @@ func proxyGetCurrentTime(v *vm, s []uint64) {
 // --- shared data and queues ---
 
 func proxyGetSharedData(v *vm, s []uint64) {
-	key, ok := v.readString(a32(s, 0), a32(s, 1))
+	key, ok := v.read(a32(s, 0), a32(s, 1))
 	if !ok {
 		s[0] = stInvalidMemoryAccess
 		return

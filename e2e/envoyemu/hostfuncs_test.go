@@ -480,10 +480,10 @@ func TestSharedDataAndQueues(t *testing.T) {
 	if st := tv.call("proxy_set_shared_data", k, kn, v1, n1, 1); st != stOK {
 		t.Errorf("current cas: %d", st)
 	}
-	if _, cas, _ := tv.proc.shared.get("vmid", "key"); cas != 2 {
+	if _, cas, _ := tv.proc.shared.get("vmid", []byte("key")); cas != 2 {
 		t.Errorf("cas after two sets %d", cas)
 	}
-	if _, _, ok := tv.proc.shared.get("other_vm", "key"); ok {
+	if _, _, ok := tv.proc.shared.get("other_vm", []byte("key")); ok {
 		t.Error("shared data leaked across vm_ids")
 	}
 	q, qn := tv.put(input, "q")

@@ -54,10 +54,12 @@ type sharedValue struct {
 	cas   uint32
 }
 
-func (d *sharedData) get(vmID, key string) ([]byte, uint32, bool) {
+// get returns a copy of the value of key (a byte slice, so a key read from
+// the VM is looked up without a string of its own).
+func (d *sharedData) get(vmID string, key []byte) ([]byte, uint32, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e, ok := d.data[vmID][key]
+	e, ok := d.data[vmID][string(key)]
 	if !ok {
 		return nil, 0, false
 	}
@@ -253,7 +255,12 @@ func (l *logSink) snapshot() []LogEntry {
 
 // logf records a host log line.
 func (p *process) logf(level LogLevel, vm, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	p.logLine(level, vm, fmt.Sprintf(format, args...))
+}
+
+// logLine records a host log line formatted already (a line per request
+// need not go through fmt).
+func (p *process) logLine(level LogLevel, vm, msg string) {
 	p.log.add(LogEntry{Time: time.Now(), Level: level, VM: vm, Message: msg}, msg)
 }
 

@@ -95,6 +95,12 @@ type vm struct {
 	pendingDone map[uint32]bool // roots whose proxy_on_done returned false
 	trapNext    bool            // Host.InjectTrap: the next host call traps
 
+	// spares recycles body memory (the Driver's; see spares).
+	spares spares
+	// scratch holds what a host function encodes for the guest until
+	// copyOut has copied it (header map pairs).
+	scratch []byte
+
 	nextHTTPCallID uint32
 	nextMetricID   [3]uint32
 	metrics        map[uint32]*metric

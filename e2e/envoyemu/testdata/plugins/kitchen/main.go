@@ -232,8 +232,9 @@ func (s *stream) setHeader(k, v string) types.Action {
 	return types.ActionContinue
 }
 
-// call dispatches an http call described by the query and either answers
-// with what the callback saw (/call) or resumes the request (/resume).
+// call dispatches an http call described by the query (cluster, path,
+// timeout, dst, body) and either answers with what the callback saw (/call)
+// or resumes the request (/resume).
 func (s *stream) call(q func(string) string) types.Action {
 	headers := [][2]string{{":method", "GET"}, {":path", q("path")}, {":authority", "callee"}}
 	if q("nopath") == "1" {
@@ -245,7 +246,11 @@ func (s *stream) call(q func(string) string) types.Action {
 	timeout, _ := strconv.Atoi(q("timeout"))
 	resume := s.path == "/resume"
 	inDispatch := true
-	_, err := abi.DispatchHttpCall(q("cluster"), headers, nil, nil, uint32(timeout), func(nh, bodySize, nt int) {
+	var callBody []byte
+	if b := q("body"); b != "" {
+		callBody = []byte(b)
+	}
+	_, err := abi.DispatchHttpCall(q("cluster"), headers, callBody, nil, uint32(timeout), func(nh, bodySize, nt int) {
 		if inDispatch {
 			abi.LogError("http call answered inside the dispatching callback")
 		}
