@@ -62,6 +62,9 @@ func TestParsePrefillAnswer(t *testing.T) {
 			if a.KV != tt.kv || string(a.KVParams) != tt.params {
 				t.Errorf("kv = %v %s, want %v %s", a.KV, a.KVParams, tt.kv, tt.params)
 			}
+			if n, err := ParseNIXLAnswerIn([]byte(tt.in), nil); err != nil || n.KV != tt.kv || string(n.KVParams) != tt.params {
+				t.Errorf("nixl reader: kv = %v %s (%v), want %v %s", n.KV, n.KVParams, err, tt.kv, tt.params)
+			}
 			f, w := a.First, tt.first
 			if f.OK != w.OK || f.Token != w.Token || string(f.Text) != string(w.Text) || f.FinishReason != w.FinishReason ||
 				string(f.ID) != string(w.ID) || string(f.Model) != string(w.Model) || f.Created != w.Created {
@@ -77,6 +80,9 @@ func TestParsePrefillAnswer(t *testing.T) {
 	for _, bad := range []string{``, `<html>502</html>`, `[{}]`, `{"a":`} {
 		if _, err := ParsePrefillAnswer([]byte(bad)); err == nil {
 			t.Errorf("ParsePrefillAnswer(%q) accepted", bad)
+		}
+		if _, err := ParseNIXLAnswerIn([]byte(bad), nil); err == nil {
+			t.Errorf("ParseNIXLAnswerIn(%q) accepted", bad)
 		}
 	}
 	if KVEmpty.String() != "empty" || KVStatus(9).String() != "unknown" {
@@ -583,6 +589,12 @@ func FuzzPrefillAnswerReference(f *testing.F) {
 		got, err := ParsePrefillAnswerIn(b, &x)
 		if (err != nil) != (werr != nil) || (err != nil && err.Error() != werr.Error()) {
 			t.Fatalf("error %v, reference %v", err, werr)
+		}
+		// the nixl reader: the same verdict and kv_transfer_params
+		nixl, nerr := ParseNIXLAnswerIn(b, &x)
+		if (nerr != nil) != (werr != nil) || (nerr != nil && nerr.Error() != werr.Error()) ||
+			nixl.KV != want.KV || string(nixl.KVParams) != string(want.KVParams) {
+			t.Fatalf("nixl reader %+v %v, reference %+v %v", nixl, nerr, want, werr)
 		}
 		if err != nil {
 			return

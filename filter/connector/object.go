@@ -445,12 +445,26 @@ func appendAdded(dst []byte, n int, edits []Edit, done uint64) ([]byte, int) {
 			dst = append(dst, ',')
 		}
 		n++
-		dst = gjson.AppendJSONString(dst, e.key)
+		dst = appendKey(dst, e.key)
 		dst = append(dst, ':')
 		dst = append(dst, e.value...)
 		dst = append(dst, e.more...)
 	}
 	return dst, n
+}
+
+// appendKey appends key as a JSON string, as gjson.AppendJSONString
+// writes it: the keys pdroute sets are plain ASCII, copied between quotes;
+// any other goes to gjson.
+func appendKey(dst []byte, key string) []byte {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < ' ' || c > '~' || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return gjson.AppendJSONString(dst, key)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, key...)
+	return append(dst, '"')
 }
 
 func findEdit(edits []Edit, key string) int {

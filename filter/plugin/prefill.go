@@ -174,7 +174,7 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 	var ans connector.PrefillAnswer
 	usable := false
 	if a.status >= 200 && a.status < 300 {
-		if p, err := connector.ParsePrefillAnswerIn(a.body, &s.r.index); err == nil {
+		if p, err := connector.ParseNIXLAnswerIn(a.body, &s.r.index); err == nil {
 			ans, usable = p, p.Usable(s.cfg().Mode)
 		}
 	}
