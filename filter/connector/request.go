@@ -77,10 +77,30 @@ func NewValidatedRequest(api config.API, body []byte) (Request, error) {
 // An index that is not Complete (the estimate failed on bad JSON) falls back
 // to NewValidatedRequest's own scan.
 func NewIndexedRequest(api config.API, body []byte, x *tokenest.Index) (Request, error) {
+	return NewIndexedRequestIn(api, body, x, nil)
+}
+
+// Room is memory a caller keeps for the member lists of the Requests it
+// indexes (NewIndexedRequestIn), so that indexing a body allocates nothing
+// once the room has grown to its members. The zero Room is ready to use.
+type Room struct{ members []member }
+
+// NewIndexedRequestIn is NewIndexedRequest listing the members in room
+// (nil: a fresh allocation). The Request then lives until room's next use:
+// whatever outlives it is Detached.
+func NewIndexedRequestIn(api config.API, body []byte, x *tokenest.Index, room *Room) (Request, error) {
 	if !x.Complete() {
 		return NewValidatedRequest(api, body)
 	}
-	o, removed := indexedObject(body, x).Without(controlFields...)
+	var dst []member
+	if room != nil {
+		dst = room.members[:0]
+	}
+	o := indexedObjectIn(dst, body, x)
+	if room != nil {
+		room.members = o.members[:0]
+	}
+	o, removed := o.Without(controlFields...)
 	return Request{API: api, Body: o, Removed: removed}, nil
 }
 
@@ -116,14 +136,15 @@ func (r Request) DecodeHead() int { return r.Body.head }
 // head is the first DecodeHead() bytes of the body, and the Request it
 // returns serves NIXLDecode and OrchestratedDecode, which read nothing
 // beyond them (any other use may panic). False when head is not the head
-// r was indexed from.
+// r was indexed from. It writes the keys into r's own member list, which
+// it does not copy: r stays Detached (Rebind and RebindHead read no key),
+// but its keys then alias head until the next rebinding.
 func (r Request) RebindHead(head []byte) (Request, bool) {
 	o := r.Body
 	if o.src != nil || o.srcLen == 0 || len(head) != o.head || o.checksum(head, o.headMembers(), false) != o.headSum {
 		return Request{}, false
 	}
 	o.src = head
-	o.members = slices.Clone(o.members)
 	for i := range o.members[:o.headMembers()] {
 		m := &o.members[i]
 		m.key = decodeKey(head[m.start:m.keyEnd])

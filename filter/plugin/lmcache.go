@@ -69,7 +69,7 @@ func (s *stream) startLMCache(req connector.Request) types.Action {
 		ep = s.decodeEP
 	}
 	s.prefillStart = time.Now()
-	if err := s.dispatch(ep, "POST", connector.TokenizePath, tokenizeBody, s.cfg().PrefillTimeout, nil, s.onTokenized); err != nil {
+	if err := s.dispatch(ep, "POST", connector.TokenizePath, tokenizeBody, s.cfg().PrefillTimeout, nil, (*stream).onTokenized); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch tokenize to %s: %v", s.id, ep.Name, err)
 		s.reportPrefill(config.PrefillReset)
 		return actionFor(s.afterPrefillFailure(config.PrefillReset, "tokenize: "+err.Error()))
@@ -114,7 +114,7 @@ func (s *stream) lmcachePrefill(req connector.Request) bool {
 	body := connector.LMCachePrefill(req, s.lm.tokens, s.lm.kvID, s.decodeEP)
 	s.r.kv.add(s)
 	s.prefillStart = time.Now()
-	err := s.dispatch(s.prefillEP, "POST", connector.CompletionsPath, body, s.cfg().PrefillTimeout, nil, s.onLMCacheAnswer)
+	err := s.dispatch(s.prefillEP, "POST", connector.CompletionsPath, body, s.cfg().PrefillTimeout, nil, (*stream).onLMCacheAnswer)
 	if err == nil {
 		return false
 	}

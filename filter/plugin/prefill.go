@@ -72,9 +72,11 @@ func keepContentType(v []byte) string {
 // dispatch sends an http call to endpoint e with the stream's request id
 // and credentials. onAnswer runs later, with this stream as effective
 // context. With answerBuf the answer's body is read into that kept buffer
-// (readCallAnswerInto): onAnswer must not keep it.
+// (readCallAnswerInto): onAnswer must not keep it. onAnswer is a method
+// expression ((*stream).onNIXLAnswer), not a method value: the callback
+// closure is then the call's one allocation.
 func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration,
-	answerBuf *[]byte, onAnswer func(callAnswer)) error {
+	answerBuf *[]byte, onAnswer func(*stream, callAnswer)) error {
 	cluster, dst := s.cfg().Upstream(e)
 	headers := make([][2]string, 0, 8)
 	headers = append(headers,
@@ -93,7 +95,7 @@ func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, 
 		headers = append(headers, [2]string{originalDstHeader, dst})
 	}
 	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond),
-		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
+		func(numHeaders, bodySize, _ int) { onAnswer(s, readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
 	return err
 }
 
@@ -110,7 +112,7 @@ func (s *stream) callAuthority(e *config.Endpoint) string {
 // for remote decode and one token, to the same path.
 func (s *stream) startNIXL(req connector.Request) types.Action {
 	body := connector.NIXLPrefillTo(s.r.prefillBody[:0], req)
-	act := s.startPrefill(s.path, body, &s.r.answer, s.onNIXLAnswer)
+	act := s.startPrefill(s.path, body, &s.r.answer, (*stream).onNIXLAnswer)
 	if abi.CallBodyCopied && cap(body) <= maxKeptPrefillBody {
 		// the host has its copy: the next prefill body is built here
 		s.r.prefillBody = body[:0]
@@ -127,7 +129,7 @@ const maxKeptPrefillBody = 1 << 20
 
 // startPrefill dispatches a prefill body and keeps the request paused until
 // onAnswer runs. A call Envoy refuses at once counts as a reset.
-func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAnswer func(callAnswer)) types.Action {
+func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAnswer func(*stream, callAnswer)) types.Action {
 	s.prefillStart = time.Now()
 	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, answerBuf, onAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)

@@ -48,7 +48,7 @@ func (s *stream) startSGLang(req connector.Request, body []byte) types.Action {
 	}
 	s.sg = &sglangStream{room: rooms.first & (1<<63 - 1)}
 	s.prefillStart = time.Now()
-	if err := s.dispatch(s.prefillEP, "POST", s.path, edit.Apply(body), s.cfg().PrefillTimeout, nil, s.onSGLangAnswer); err != nil {
+	if err := s.dispatch(s.prefillEP, "POST", s.path, edit.Apply(body), s.cfg().PrefillTimeout, nil, (*stream).onSGLangAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch sglang prefill to %s (bootstrap_room %d): %v", s.id, s.prefillEP.Name, s.sg.room, err)
 		s.reportPrefill(config.PrefillReset)
 		s.sg = nil

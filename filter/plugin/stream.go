@@ -1,10 +1,10 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -246,7 +246,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	est, err := s.r.tools.EstimateNear(body, s.api.Path(), s.r.method, cfg.ThresholdTokens, &s.r.index)
 	h1, m1, _ := s.r.tools.Stats()
 	s.r.m.toolCache(h0, m0, h1, m1)
-	if errors.Is(err, tokenest.ErrNotJSON) {
+	if err == tokenest.ErrNotJSON { // never wrapped (EstimateNear)
 		s.fail(apierr.MalformedJSON, "request body is not a JSON object")
 		return types.ActionPause
 	}
@@ -392,7 +392,13 @@ func (s *stream) pickPrefill(body []byte) bool {
 // ErrNotJSON) from x, the index the estimate made of it (nil: scan the
 // body), answering 400 for what is still wrong with it.
 func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool) {
-	req, err := connector.NewIndexedRequest(s.api, body, x)
+	var room *connector.Room
+	if len(body) <= maxKeptBody {
+		// the body lies in the root's buffer, which the room's keys may
+		// alias; a longer one is not kept alive by them
+		room = &requestRoom
+	}
+	req, err := connector.NewIndexedRequestIn(s.api, body, x, room)
 	if err != nil {
 		s.fail(apierr.MalformedJSON, err.Error())
 		return connector.Request{}, false
@@ -400,6 +406,11 @@ func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool)
 	s.indexed = req.Detach()
 	return req, true
 }
+
+// requestRoom holds the member list of the request a callback indexes
+// (index): the VM runs one callback at a time, and what a stream keeps
+// past it is Detached.
+var requestRoom connector.Room
 
 // promptBytes is the rendered prompt's size the prefix index measured.
 func (s *stream) promptBytes() int {
@@ -453,9 +464,29 @@ func (s *stream) editBody(e connector.BodyEdit) {
 	}
 	s.bodyLen = e.Len(s.bodyLen)
 	if !s.early && s.hasContentLength {
-		if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
-			abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
+		s.setContentLength()
+	}
+}
+
+// lengthDigits is where setContentLength writes its value: the host
+// copies a header value before the call returns, and the VM runs one
+// callback at a time, so one buffer serves every stream.
+var lengthDigits [20]byte
+
+// setContentLength sets content-length to bodyLen, allocating nothing
+// (strconv.Itoa would, beyond 99: the value escapes into the host call).
+func (s *stream) setContentLength() {
+	b := &lengthDigits
+	i := len(b)
+	for n := s.bodyLen; ; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+		if n < 10 {
+			break
 		}
+	}
+	if err := abi.ReplaceHttpRequestHeader("content-length", unsafe.String(&b[i], len(b)-i)); err != nil {
+		abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
 	}
 }
 
@@ -470,9 +501,7 @@ func (s *stream) replaceBody(body []byte) {
 	if s.early {
 		return // content-length went at the headers
 	}
-	if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
-		abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
-	}
+	s.setContentLength()
 }
 
 // routeTo points Envoy's router at e: the route header for cluster_header,
