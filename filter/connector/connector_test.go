@@ -475,6 +475,20 @@ func checkIndexed(t *testing.T, body []byte, want Request) {
 	if g, w := NIXLDecode(head, kv).Apply(body), NIXLDecode(want, kv).Apply(body); string(g) != string(w) {
 		t.Fatalf("decode body from the head %q, want %q", g, w)
 	}
+	// and from the offsets alone, when the edit needs no byte of the body
+	if e, ok := NIXLDecodeDetached([]byte("used room"), d, kv); ok != (d.DecodeHead() == 0) {
+		t.Fatalf("NIXLDecodeDetached ok %v with head %d", ok, d.DecodeHead())
+	} else if w := NIXLDecode(want, kv); ok && (string(e.Prefix) != string(w.Prefix) || e.Drain != w.Drain) {
+		t.Fatalf("NIXLDecodeDetached %q drain %d, want %q drain %d", e.Prefix, e.Drain, w.Prefix, w.Drain)
+	}
+	// indexing into a room that held another request
+	room := &Room{}
+	if _, err := NewIndexedRequestIn(config.APIChat, []byte(`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}`), mustIndex(t, `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}`), room); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := NewIndexedRequestIn(config.APIChat, body, &x, room); err != nil || !slices.Equal(r.Body.members, want.Body.members) || r.Removed != want.Removed {
+		t.Fatalf("indexed in a used room: %+v %v, want %+v", r.Body.members, err, want.Body.members)
+	}
 	g, errG := OrchestratedDecode(head, kv, ep, answer)
 	w, errW := OrchestratedDecode(want, kv, ep, answer)
 	if (errG == nil) != (errW == nil) || errG == nil && string(g.Apply(body)) != string(w.Apply(body)) {
@@ -606,4 +620,28 @@ func FuzzPrefillAnswerReference(f *testing.F) {
 			t.Fatalf("got %+v\nreference %+v", got, want)
 		}
 	})
+}
+
+// mustIndex is tokenest's complete index of the chat body b.
+func mustIndex(t *testing.T, b string) *tokenest.Index {
+	t.Helper()
+	var x tokenest.Index
+	if _, err := tokenest.EstimateNear([]byte(b), "/v1/chat/completions", tokenest.Default, 0, &x); err == tokenest.ErrNotJSON || !x.Complete() {
+		t.Fatalf("no index of %q: %v", b, err)
+	}
+	return &x
+}
+
+// isControlField names exactly controlFields.
+func TestIsControlField(t *testing.T) {
+	for _, k := range controlFields {
+		if !isControlField(k) {
+			t.Errorf("%s is a control field", k)
+		}
+	}
+	for _, k := range []string{"", "model", "stream", "kv_transfer_param", "bootstrap", "disagg_spec "} {
+		if isControlField(k) {
+			t.Errorf("%q is not a control field", k)
+		}
+	}
 }

@@ -78,3 +78,26 @@ func NIXLDecode(r Request, kvParams []byte) BodyEdit {
 func NIXLDecodeTo(dst []byte, r Request, kvParams []byte) BodyEdit {
 	return r.Body.RewriteTo(dst, Set("kv_transfer_params", kvParams))
 }
+
+// NIXLDecodeDetached is NIXLDecodeTo for a Detached r whose DecodeHead is
+// 0 — the usual body: no member to replace or drop, so the edit only puts
+// kv_transfer_params first — built from the offsets alone, with no bytes of
+// the body read back (the same edit, byte for byte). False, and a zero
+// edit, for any other r: the caller rebinds it (RebindHead) and uses
+// NIXLDecodeTo.
+func NIXLDecodeDetached(dst []byte, r Request, kvParams []byte) (BodyEdit, bool) {
+	o := r.Body
+	if o.src != nil || o.srcLen == 0 || o.head != 0 {
+		return BodyEdit{}, false
+	}
+	drain := o.close
+	if len(o.members) > 0 {
+		drain = o.members[0].start
+	}
+	prefix := append(dst[:0], `{"kv_transfer_params":`...)
+	prefix = append(prefix, kvParams...)
+	if drain != o.close {
+		prefix = append(prefix, ',')
+	}
+	return BodyEdit{Drain: drain, Prefix: prefix}, true
+}

@@ -126,13 +126,10 @@ func scanParse(b []byte) (Object, error) {
 }
 
 // indexedObject is the Object of b from a Complete index of it.
-func indexedObject(b []byte, x *tokenest.Index) Object { return indexedObjectIn(nil, b, x) }
-
-// indexedObjectIn is indexedObject listing the members in dst's room.
-func indexedObjectIn(dst []member, b []byte, x *tokenest.Index) Object {
-	o := Object{src: b, close: x.Close, members: slices.Grow(dst[:0], len(x.Members))}
-	for _, m := range x.Members {
-		o.members = append(o.members, member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: decodeKey(b[m.Start:m.KeyEnd])})
+func indexedObject(b []byte, x *tokenest.Index) Object {
+	o := Object{src: b, close: x.Close, members: make([]member, len(x.Members))}
+	for i, m := range x.Members {
+		o.members[i] = member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: decodeKey(b[m.Start:m.KeyEnd])}
 	}
 	return o
 }

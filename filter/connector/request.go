@@ -96,12 +96,30 @@ func NewIndexedRequestIn(api config.API, body []byte, x *tokenest.Index, room *R
 	if room != nil {
 		dst = room.members[:0]
 	}
-	o := indexedObjectIn(dst, body, x)
+	// indexedObject and Without(controlFields...) in one pass
+	o := Object{src: body, close: x.Close, members: slices.Grow(dst, len(x.Members))}
+	removed := false
+	for _, m := range x.Members {
+		key := decodeKey(body[m.Start:m.KeyEnd])
+		control := isControlField(key)
+		removed = removed || control
+		o.members = append(o.members, member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: key, removed: control})
+	}
 	if room != nil {
 		room.members = o.members[:0]
 	}
-	o, removed := o.Without(controlFields...)
 	return Request{API: api, Body: o, Removed: removed}, nil
+}
+
+// isControlField reports whether key is one of controlFields.
+func isControlField(key string) bool {
+	switch key {
+	case "kv_transfer_params", "disagg_spec",
+		"bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
+		"disagg_prefill_resp":
+		return true
+	}
+	return false
 }
 
 // Detach returns r without the body's bytes: the members' offsets, and a

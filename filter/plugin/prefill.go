@@ -110,9 +110,9 @@ func (s *stream) callAuthority(e *config.Endpoint) string {
 
 // startNIXL dispatches the nixl/orchestrated prefill: the client body asking
 // for remote decode and one token, to the same path.
-func (s *stream) startNIXL(req connector.Request) types.Action {
+func (s *stream) startNIXL(req connector.Request, now time.Time) types.Action {
 	body := connector.NIXLPrefillTo(s.r.prefillBody[:0], req)
-	act := s.startPrefill(s.path, body, &s.r.answer, (*stream).onNIXLAnswer)
+	act := s.startPrefill(s.path, body, now, &s.r.answer, (*stream).onNIXLAnswer)
 	if abi.CallBodyCopied && cap(body) <= maxKeptPrefillBody {
 		// the host has its copy: the next prefill body is built here
 		s.r.prefillBody = body[:0]
@@ -128,12 +128,13 @@ func (s *stream) startNIXL(req connector.Request) types.Action {
 const maxKeptPrefillBody = 1 << 20
 
 // startPrefill dispatches a prefill body and keeps the request paused until
-// onAnswer runs. A call Envoy refuses at once counts as a reset.
-func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAnswer func(*stream, callAnswer)) types.Action {
-	s.prefillStart = time.Now()
+// onAnswer runs. A call Envoy refuses at once counts as a reset. now is
+// the body callback's clock reading (one per callback: each is a host call).
+func (s *stream) startPrefill(path string, body []byte, now time.Time, answerBuf *[]byte, onAnswer func(*stream, callAnswer)) types.Action {
+	s.prefillStart = now
 	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, answerBuf, onAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)
-		s.reportPrefill(config.PrefillReset)
+		s.reportPrefill(config.PrefillReset, time.Now())
 		if s.afterPrefillFailure(config.PrefillReset, err.Error()) {
 			return types.ActionContinue
 		}
@@ -142,17 +143,17 @@ func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAns
 }
 
 // prefillOutcome classifies a prefill answer, telling Envoy's own reset and
-// timeout answers from the engine's (config.ClassifyPrefillAnswer).
-func (s *stream) prefillOutcome(a callAnswer, usable bool) config.PrefillOutcome {
-	elapsed := time.Since(s.prefillStart)
+// timeout answers from the engine's (config.ClassifyPrefillAnswer). now is
+// the answer callback's clock reading.
+func (s *stream) prefillOutcome(a callAnswer, usable bool, now time.Time) config.PrefillOutcome {
+	elapsed := now.Sub(s.prefillStart)
 	s.r.m.prefillLatency.Record(uint64(elapsed / time.Millisecond))
 	return config.ClassifyPrefillAnswer(a.status, a.body, usable, elapsed, s.cfg().PrefillTimeout)
 }
 
 // reportPrefill feeds passive health and releases the prefill lease: the
 // prefiller's work is over once it answered (or failed).
-func (s *stream) reportPrefill(o config.PrefillOutcome) {
-	now := time.Now()
+func (s *stream) reportPrefill(o config.PrefillOutcome, now time.Time) {
 	if s.prefill == nil {
 		return
 	}
@@ -180,11 +181,21 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 			ans, usable = p, p.Usable(s.cfg().Mode)
 		}
 	}
-	o := s.prefillOutcome(a, usable)
-	s.reportPrefill(o)
+	now := time.Now()
+	o := s.prefillOutcome(a, usable, now)
+	s.reportPrefill(o, now)
 	if o != config.PrefillOK {
 		s.onPrefillFailed(o, a)
 		return
+	}
+	if s.cfg().Mode != config.ModeOrchestrated {
+		// the usual body: the edit from the offsets, nothing read back
+		if edit, ok := connector.NIXLDecodeDetached(s.r.edit, s.indexed, ans.KVParams); ok {
+			s.keepEdit(edit)
+			s.toDecoder(edit, pathDisagg)
+			s.resume()
+			return
+		}
 	}
 	req, ok := s.rereadHead()
 	if !ok {
@@ -203,12 +214,18 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 		}
 	} else {
 		edit = connector.NIXLDecodeTo(s.r.edit, req, ans.KVParams)
-		if cap(edit.Prefix) <= maxKeptBody {
-			s.r.edit = edit.Prefix[:0] // applied (copied) by toDecoder below
-		}
+		s.keepEdit(edit)
 	}
 	s.toDecoder(edit, pathDisagg)
 	s.resume()
+}
+
+// keepEdit keeps the room of an edit built in the root's edit buffer,
+// which toDecoder applies (the host copies it) before the buffer's next use.
+func (s *stream) keepEdit(edit connector.BodyEdit) {
+	if cap(edit.Prefix) <= maxKeptBody {
+		s.r.edit = edit.Prefix[:0]
+	}
 }
 
 // onPrefillFailed follows the failure policy from inside the prefill

@@ -152,7 +152,7 @@ func (s *stream) continueAtHeaders() bool {
 	s.early = true
 	s.r.m.ways[config.RouteAtHeaders].Increment(1)
 	s.setRequestID()
-	if !s.pickDecode(nil) {
+	if !s.pickDecode(nil, time.Now()) {
 		return false
 	}
 	s.routeTo(s.decodeEP)
@@ -166,7 +166,7 @@ func (s *stream) continueAtHeaders() bool {
 func (s *stream) passthrough() types.Action {
 	s.route = pathPassthrough
 	s.r.m.requests[pathPassthrough].Increment(1)
-	if !s.pickDecode(nil) {
+	if !s.pickDecode(nil, time.Now()) {
 		return types.ActionPause
 	}
 	s.routeTo(s.decodeEP)
@@ -268,8 +268,9 @@ func (s *stream) decideBody(body []byte) types.Action {
 	// The decoder is chosen first (on the headers way it already is): without
 	// one nothing can be served, no prefill should run for nothing, and with
 	// threshold_on "uncached" the decision depends on what that decoder holds.
-	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, &s.r.index, s.api.Path(), time.Now())
-	if !s.pickDecode(body) {
+	now := time.Now() // one clock reading (a host call) for the callback
+	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, &s.r.index, s.api.Path(), now)
+	if !s.pickDecode(body, now) {
 		return types.ActionPause
 	}
 	d := s.decideRoute()
@@ -279,7 +280,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	var action types.Action
 	switch d {
 	case config.Disaggregate:
-		action = s.disaggregate(req, body)
+		action = s.disaggregate(req, body, now)
 	default:
 		s.toDecoder(req.Direct(), pathDirect)
 		action = types.ActionContinue
@@ -291,7 +292,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 		if s.prefill != nil {
 			prefill = s.prefill.Index
 		}
-		s.r.px.record(s.decode.Index, prefill, time.Now())
+		s.r.px.record(s.decode.Index, prefill, now)
 	}
 	return action
 }
@@ -316,7 +317,7 @@ func (s *stream) decideRoute() config.Route {
 }
 
 // disaggregate starts the mode's prefill leg; the decoder is chosen.
-func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
+func (s *stream) disaggregate(req connector.Request, body []byte, now time.Time) types.Action {
 	if err := connector.Disaggregable(s.cfg().Mode, req); err != nil {
 		// batches in nixl mode, media or tools in lmcache mode…: a decoder serves them whole
 		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
@@ -327,7 +328,7 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 		s.refuse(err)
 		return types.ActionPause
 	}
-	if !s.pickPrefill(body) {
+	if !s.pickPrefill(body, now) {
 		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
 		if s.afterPrefillFailure(config.PrefillNoEndpoint, "") {
 			return types.ActionContinue
@@ -340,7 +341,7 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 	case config.ModeSGLang:
 		return s.startSGLang(req, body)
 	default:
-		return s.startNIXL(req)
+		return s.startNIXL(req, now)
 	}
 }
 
@@ -357,7 +358,7 @@ func (s *stream) setRequestID() {
 
 // pickDecode chooses the decoder, or answers 503 when none is usable. On
 // the headers way the decoder was chosen at the headers.
-func (s *stream) pickDecode(body []byte) bool {
+func (s *stream) pickDecode(body []byte, now time.Time) bool {
 	if s.early && s.decode != nil {
 		return true
 	}
@@ -365,7 +366,7 @@ func (s *stream) pickDecode(body []byte) bool {
 	if s.usePrefix {
 		cached = s.r.px.decCach
 	}
-	lease, err := s.r.decode.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Decode), cached, s.promptBytes())
+	lease, err := s.r.decode.PickCached(now, s.prefixKey(body, &s.cfg().Decode), cached, s.promptBytes())
 	if err != nil {
 		s.fail(apierr.NoDecodeEndpoint, "")
 		return false
@@ -375,12 +376,12 @@ func (s *stream) pickDecode(body []byte) bool {
 }
 
 // pickPrefill chooses the prefiller; false when none is usable.
-func (s *stream) pickPrefill(body []byte) bool {
+func (s *stream) pickPrefill(body []byte, now time.Time) bool {
 	var cached []int
 	if s.usePrefix {
 		cached = s.r.px.preCached
 	}
-	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
+	lease, err := s.r.prefill.PickCached(now, s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
 	if err != nil {
 		return false
 	}
