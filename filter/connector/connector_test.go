@@ -388,6 +388,8 @@ func FuzzValidatedRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":"hi","kv_transfer_params":{"x":1},"stream":true}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"a"}],"bootstrap_room":5,"n":2}`))
 	f.Add([]byte(` { "a" : [1, {"b": "\u00e9"}] , "a": null } `))
+	f.Add([]byte(`{"stream":true,"max_tokens":5,"stream":false,"max_completion_tokens":3,"min_tokens":1,"stream_options":{},"max_output_tokens":2,"max_tokens":9,"max_completion_tokens":4}`))
+	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		want, err := NewRequest(config.APIChat, body)
 		if err != nil {
@@ -509,6 +511,13 @@ func checkIndexed(t *testing.T, body []byte, want Request) {
 		}
 		if g, w := NIXLPrefill(r), NIXLPrefill(want); string(g) != string(w) {
 			t.Fatalf("prefill body %q, want %q", g, w)
+		}
+		for _, api := range []config.API{config.APIChat, config.APICompletions, config.APIResponses} {
+			r := r
+			r.API = api
+			if g, w := NIXLPrefillTo([]byte("used"), r), r.Body.Build(nixlPrefillEdits(r)...); string(g) != "used"+string(w) {
+				t.Fatalf("%s prefill body %q, the general editor's %q", api, g, w)
+			}
 		}
 	}
 }
