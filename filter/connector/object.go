@@ -72,7 +72,7 @@ func (o Object) checksum(b []byte, n int, close bool) uint64 {
 // of the last member named by decodeKeys or removed, or 0.
 func (o Object) decodeHead() int {
 	for i := len(o.members) - 1; i >= 0; i-- {
-		if m := o.members[i]; m.removed || slices.Contains(decodeKeys, m.key) {
+		if m := o.members[i]; m.removed || m.key == decodeKeys[0] || m.key == decodeKeys[1] {
 			return m.end
 		}
 	}

@@ -142,7 +142,7 @@ func (r Request) Detach() Request {
 // decodeKeys are the members the nixl and orchestrated decode edits set
 // (NIXLDecode, OrchestratedDecode). Both are control fields, so a client's
 // are removed, never kept.
-var decodeKeys = []string{"kv_transfer_params", "disagg_prefill_resp"}
+var decodeKeys = [...]string{"kv_transfer_params", "disagg_prefill_resp"}
 
 // DecodeHead is how many leading bytes of the body a Detached r needs
 // for the nixl and orchestrated decode edits: up to the end of the last
@@ -196,6 +196,9 @@ func (r Request) Rebind(body []byte) (Request, bool) {
 // a prefill fallback): the sanitised client body. A zero BodyEdit when
 // nothing was removed.
 func (r Request) Direct() BodyEdit {
+	if !r.Removed {
+		return BodyEdit{} // Rewrite's answer without its pass
+	}
 	return r.Body.Rewrite()
 }
 

@@ -303,7 +303,11 @@ func (s *stream) reread() (connector.Request, bool) {
 	if req, ok := s.indexed.Rebind(body); ok {
 		return req, true // the offsets found before the prefill
 	}
-	return s.index(body, nil)
+	req, ok := s.index(body, nil)
+	if ok {
+		s.indexed = req.Detach() // for the next reread
+	}
+	return req, ok
 }
 
 // refuse answers a request the decode engine would certainly refuse

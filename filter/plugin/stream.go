@@ -117,7 +117,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		return s.passthrough()
 	}
 	s.api, s.handled = api, true
-	if !config.JSONContentType(s.contentType) {
+	if s.contentType != "application/json" && !config.JSONContentType(s.contentType) {
 		// Handled whatever its label (config.Match): the body is parsed and
 		// sanitised as JSON, and engines get it labelled so.
 		if err := abi.ReplaceHttpRequestHeader("content-type", "application/json"); err != nil {
@@ -128,7 +128,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		s.fail(apierr.MalformedJSON, "empty body")
 		return types.ActionPause
 	}
-	if n, err := strconv.Atoi(h.contentLength); err == nil && n > cfg.MaxBodyBytes {
+	if n, ok := parseLength(h.contentLength); ok && n > cfg.MaxBodyBytes {
 		s.fail(apierr.BodyTooLarge, fmt.Sprintf("%d bytes, limit %d", n, cfg.MaxBodyBytes))
 		return types.ActionPause
 	}
@@ -328,6 +328,9 @@ func (s *stream) disaggregate(req connector.Request, body []byte, now time.Time)
 		s.refuse(err)
 		return types.ActionPause
 	}
+	// From here the request outlives the callback (reread); a request
+	// served directly never needs its detached index.
+	s.indexed = req.Detach()
 	if !s.pickPrefill(body, now) {
 		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
 		if s.afterPrefillFailure(config.PrefillNoEndpoint, "") {
@@ -391,7 +394,9 @@ func (s *stream) pickPrefill(body []byte, now time.Time) bool {
 
 // index indexes a body tokenest has validated (it returned anything but
 // ErrNotJSON) from x, the index the estimate made of it (nil: scan the
-// body), answering 400 for what is still wrong with it.
+// body), answering 400 for what is still wrong with it. The Request lives
+// until the callback returns (requestRoom): what must outlive it is
+// Detached into s.indexed.
 func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool) {
 	var room *connector.Room
 	if len(body) <= maxKeptBody {
@@ -404,7 +409,6 @@ func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool)
 		s.fail(apierr.MalformedJSON, err.Error())
 		return connector.Request{}, false
 	}
-	s.indexed = req.Detach()
 	return req, true
 }
 
