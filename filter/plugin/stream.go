@@ -56,6 +56,8 @@ type stream struct {
 	// tokens is the estimate (-1 when the body has no recognised prompt).
 	tokens int
 	reqID  string
+	// uuid holds the bytes of a request id pdroute made (setRequestID).
+	uuid [36]byte
 	// route is the path label once decided (requests.<route>).
 	route string
 
@@ -351,9 +353,15 @@ func (s *stream) disaggregate(req connector.Request, body []byte, now time.Time)
 // setRequestID keeps a well-formed client X-Request-Id or makes a UUIDv4;
 // both legs carry it (vLLM uses it as the engine request id).
 func (s *stream) setRequestID() {
-	var random [16]byte
-	_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
-	s.reqID = connector.RequestID(s.clientRequestID, random)
+	if connector.KeepsRequestID(s.clientRequestID) {
+		s.reqID = s.clientRequestID
+	} else {
+		var random [16]byte
+		_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
+		// the id lives in the stream, which lives as long as it
+		connector.PutUUIDv4(&s.uuid, random)
+		s.reqID = unsafe.String(&s.uuid[0], len(s.uuid))
+	}
 	if err := abi.ReplaceHttpRequestHeader("x-request-id", s.reqID); err != nil {
 		abi.LogWarnf("pdroute: stream %d: set x-request-id: %v", s.id, err)
 	}
