@@ -42,6 +42,101 @@ func invalid(format string, args ...any) error {
 // for an integer, so these pass. Limits an engine's configuration sets
 // (max_model_len and the like) are the engine's to judge.
 func CheckDecode(mode config.Mode, r Request) error {
+	if plainDecode(mode, r.Body) {
+		return nil
+	}
+	return checkDecode(mode, r)
+}
+
+// plainDecode is CheckDecode's verdict on the usual request, read from the
+// raw values in one pass over the members: true when every field it judges
+// is absent or plainly valid (stream a JSON boolean or null, the limits
+// null or decimal integers in range, stream_options only beside
+// "stream":true). Anything else — lax spellings, errors — goes to
+// checkDecode, which decides and words the error. A request pays for gjson
+// and strconv only when it needs them.
+func plainDecode(mode config.Mode, o Object) bool {
+	var stream, streamOptions, minTokens []byte
+	var limits [3][]byte
+	for _, m := range o.members {
+		if m.removed {
+			continue
+		}
+		v := o.src[m.val:m.end]
+		switch m.key { // the last of repeated keys counts, as Get reads
+		case "stream":
+			stream = v
+		case "max_tokens":
+			limits[0] = v
+		case "max_completion_tokens":
+			limits[1] = v
+		case "max_output_tokens":
+			limits[2] = v
+		case "min_tokens":
+			minTokens = v
+		case "stream_options":
+			streamOptions = v
+		}
+	}
+	switch string(stream) {
+	case "", "true", "false", "null":
+	default:
+		return false
+	}
+	minLimit := int64(1)
+	if mode == config.ModeSGLang {
+		minLimit = 0
+	}
+	limit := int64(-1)
+	for _, v := range limits {
+		n, ok, plain := plainInt(v)
+		switch {
+		case !plain || ok && n < minLimit:
+			return false
+		case ok && (limit < 0 || n < limit):
+			limit = n
+		}
+	}
+	n, ok, plain := plainInt(minTokens)
+	if !plain || ok && (n < 0 || limit >= 0 && n > limit) {
+		return false
+	}
+	if mode != config.ModeSGLang && len(streamOptions) > 0 && streamOptions[0] == '{' && string(stream) != "true" {
+		return false // maybe empty, maybe not: checkDecode reads it
+	}
+	return true
+}
+
+// plainInt reads a raw JSON value that is absent or null (ok false) or a
+// decimal integer of at most 18 digits (ok true, n its value); plain is
+// false for anything else.
+func plainInt(v []byte) (n int64, ok, plain bool) {
+	if len(v) == 0 || string(v) == "null" {
+		return 0, false, true
+	}
+	d := v
+	if d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 {
+		return 0, false, false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if v[0] == '-' {
+		n = -n
+	}
+	return n, true, true
+}
+
+// checkDecode is CheckDecode reading each field with gjson, as pydantic's
+// lax mode would: the reference, and the path of every request
+// plainDecode does not pass.
+func checkDecode(mode config.Mode, r Request) error {
 	if err := checkBool(r.Body.Get("stream"), "stream"); err != nil {
 		return err
 	}

@@ -62,6 +62,9 @@ func TestCheckDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = CheckDecode(tt.mode, r)
+		if ref := checkDecode(tt.mode, r); (ref == nil) != (err == nil) || err != nil && err.Error() != ref.Error() {
+			t.Errorf("%s %s: %v, reference %v", tt.mode, tt.body, err, ref)
+		}
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("%s %s: %v, want accepted", tt.mode, tt.body, err)
@@ -73,7 +76,8 @@ func TestCheckDecode(t *testing.T) {
 
 // CheckDecode reads client bodies: never a panic, and always an ErrInvalid.
 func FuzzCheckDecode(f *testing.F) {
-	for _, s := range []string{`{"stream":"yes","max_tokens":"8"}`, `{"max_tokens":1e400}`, `{"min_tokens":-1e30,"max_tokens":"-9223372036854775809"}`, `{"stream_options":{"a":1}}`} {
+	for _, s := range []string{`{"stream":"yes","max_tokens":"8"}`, `{"stream":true,"max_tokens":8,"min_tokens":9,"stream":false}`,
+		`{"max_tokens":-0,"max_completion_tokens":999999999999999999,"stream_options":{},"min_tokens":-1}`, `{"max_tokens":1e400}`, `{"min_tokens":-1e30,"max_tokens":"-9223372036854775809"}`, `{"stream_options":{"a":1}}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
@@ -82,8 +86,13 @@ func FuzzCheckDecode(f *testing.F) {
 			return
 		}
 		for _, m := range []config.Mode{config.ModeNIXL, config.ModeSGLang} {
-			if err := CheckDecode(m, r); err != nil && !errors.Is(err, ErrInvalid) {
+			err := CheckDecode(m, r)
+			if err != nil && !errors.Is(err, ErrInvalid) {
 				t.Fatalf("%v is not an ErrInvalid", err)
+			}
+			// the fast path passes only what the reference passes
+			if ref := checkDecode(m, r); (ref == nil) != (err == nil) || plainDecode(m, r.Body) && ref != nil {
+				t.Fatalf("%s %s: %v, reference %v", m, body, err, ref)
 			}
 		}
 	})

@@ -62,6 +62,9 @@ func TestParsePrefillAnswer(t *testing.T) {
 			if a.KV != tt.kv || string(a.KVParams) != tt.params {
 				t.Errorf("kv = %v %s, want %v %s", a.KV, a.KVParams, tt.kv, tt.params)
 			}
+			if n, err := ParseNIXLAnswerIn([]byte(tt.in), nil); err != nil || n.KV != tt.kv || string(n.KVParams) != tt.params {
+				t.Errorf("nixl reader: kv = %v %s (%v), want %v %s", n.KV, n.KVParams, err, tt.kv, tt.params)
+			}
 			f, w := a.First, tt.first
 			if f.OK != w.OK || f.Token != w.Token || string(f.Text) != string(w.Text) || f.FinishReason != w.FinishReason ||
 				string(f.ID) != string(w.ID) || string(f.Model) != string(w.Model) || f.Created != w.Created {
@@ -77,6 +80,9 @@ func TestParsePrefillAnswer(t *testing.T) {
 	for _, bad := range []string{``, `<html>502</html>`, `[{}]`, `{"a":`} {
 		if _, err := ParsePrefillAnswer([]byte(bad)); err == nil {
 			t.Errorf("ParsePrefillAnswer(%q) accepted", bad)
+		}
+		if _, err := ParseNIXLAnswerIn([]byte(bad), nil); err == nil {
+			t.Errorf("ParseNIXLAnswerIn(%q) accepted", bad)
 		}
 	}
 	if KVEmpty.String() != "empty" || KVStatus(9).String() != "unknown" {
@@ -382,6 +388,8 @@ func FuzzValidatedRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":"hi","kv_transfer_params":{"x":1},"stream":true}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"a"}],"bootstrap_room":5,"n":2}`))
 	f.Add([]byte(` { "a" : [1, {"b": "\u00e9"}] , "a": null } `))
+	f.Add([]byte(`{"stream":true,"max_tokens":5,"stream":false,"max_completion_tokens":3,"min_tokens":1,"stream_options":{},"max_output_tokens":2,"max_tokens":9,"max_completion_tokens":4}`))
+	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		want, err := NewRequest(config.APIChat, body)
 		if err != nil {
@@ -469,6 +477,20 @@ func checkIndexed(t *testing.T, body []byte, want Request) {
 	if g, w := NIXLDecode(head, kv).Apply(body), NIXLDecode(want, kv).Apply(body); string(g) != string(w) {
 		t.Fatalf("decode body from the head %q, want %q", g, w)
 	}
+	// and from the offsets alone, when the edit needs no byte of the body
+	if e, ok := NIXLDecodeDetached([]byte("used room"), d, kv); ok != (d.DecodeHead() == 0) {
+		t.Fatalf("NIXLDecodeDetached ok %v with head %d", ok, d.DecodeHead())
+	} else if w := NIXLDecode(want, kv); ok && (string(e.Prefix) != string(w.Prefix) || e.Drain != w.Drain) {
+		t.Fatalf("NIXLDecodeDetached %q drain %d, want %q drain %d", e.Prefix, e.Drain, w.Prefix, w.Drain)
+	}
+	// indexing into a room that held another request
+	room := &Room{}
+	if _, err := NewIndexedRequestIn(config.APIChat, []byte(`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}`), mustIndex(t, `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}`), room); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := NewIndexedRequestIn(config.APIChat, body, &x, room); err != nil || !slices.Equal(r.Body.members, want.Body.members) || r.Removed != want.Removed {
+		t.Fatalf("indexed in a used room: %+v %v, want %+v", r.Body.members, err, want.Body.members)
+	}
 	g, errG := OrchestratedDecode(head, kv, ep, answer)
 	w, errW := OrchestratedDecode(want, kv, ep, answer)
 	if (errG == nil) != (errW == nil) || errG == nil && string(g.Apply(body)) != string(w.Apply(body)) {
@@ -489,6 +511,13 @@ func checkIndexed(t *testing.T, body []byte, want Request) {
 		}
 		if g, w := NIXLPrefill(r), NIXLPrefill(want); string(g) != string(w) {
 			t.Fatalf("prefill body %q, want %q", g, w)
+		}
+		for _, api := range []config.API{config.APIChat, config.APICompletions, config.APIResponses} {
+			r := r
+			r.API = api
+			if g, w := NIXLPrefillTo([]byte("used"), r), r.Body.Build(nixlPrefillEdits(r)...); string(g) != "used"+string(w) {
+				t.Fatalf("%s prefill body %q, the general editor's %q", api, g, w)
+			}
 		}
 	}
 }
@@ -584,6 +613,12 @@ func FuzzPrefillAnswerReference(f *testing.F) {
 		if (err != nil) != (werr != nil) || (err != nil && err.Error() != werr.Error()) {
 			t.Fatalf("error %v, reference %v", err, werr)
 		}
+		// the nixl reader: the same verdict and kv_transfer_params
+		nixl, nerr := ParseNIXLAnswerIn(b, &x)
+		if (nerr != nil) != (werr != nil) || (nerr != nil && nerr.Error() != werr.Error()) ||
+			nixl.KV != want.KV || string(nixl.KVParams) != string(want.KVParams) {
+			t.Fatalf("nixl reader %+v %v, reference %+v %v", nixl, nerr, want, werr)
+		}
 		if err != nil {
 			return
 		}
@@ -594,4 +629,28 @@ func FuzzPrefillAnswerReference(f *testing.F) {
 			t.Fatalf("got %+v\nreference %+v", got, want)
 		}
 	})
+}
+
+// mustIndex is tokenest's complete index of the chat body b.
+func mustIndex(t *testing.T, b string) *tokenest.Index {
+	t.Helper()
+	var x tokenest.Index
+	if _, err := tokenest.EstimateNear([]byte(b), "/v1/chat/completions", tokenest.Default, 0, &x); err == tokenest.ErrNotJSON || !x.Complete() {
+		t.Fatalf("no index of %q: %v", b, err)
+	}
+	return &x
+}
+
+// isControlField names exactly controlFields.
+func TestIsControlField(t *testing.T) {
+	for _, k := range controlFields {
+		if !isControlField(k) {
+			t.Errorf("%s is a control field", k)
+		}
+	}
+	for _, k := range []string{"", "model", "stream", "kv_transfer_param", "bootstrap", "disagg_spec "} {
+		if isControlField(k) {
+			t.Errorf("%q is not a control field", k)
+		}
+	}
 }

@@ -63,6 +63,9 @@ func legs(t *testing.T, mode config.Mode, name string, in []byte) map[string][]b
 	switch mode {
 	case config.ModeNIXL, config.ModeOrchestrated:
 		out["prefill"] = NIXLPrefill(r)
+		if w := r.Body.Build(nixlPrefillEdits(r)...); string(out["prefill"]) != string(w) {
+			t.Errorf("prefill body %s, the general editor's %s", out["prefill"], w)
+		}
 		answer := read("answer.json")
 		a, err := ParsePrefillAnswer(answer)
 		if err != nil || !a.Usable(mode) {

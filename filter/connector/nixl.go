@@ -1,6 +1,10 @@
 package connector
 
-import "github.com/pdroute/pdroute/filter/config"
+import (
+	"slices"
+
+	"github.com/pdroute/pdroute/filter/config"
+)
 
 // nixlPrefillParams asks vLLM's NixlConnector to keep the prompt's KV blocks
 // for a remote decoder (PROTOCOLS §1).
@@ -49,20 +53,105 @@ func Disaggregable(mode config.Mode, r Request) error {
 func NIXLPrefill(r Request) []byte { return NIXLPrefillTo(nil, r) }
 
 // NIXLPrefillTo is NIXLPrefill appending to dst (a buffer the caller
-// reuses).
+// reuses). It is Object.AppendTo with the edits above (nixlPrefillEdits,
+// the reference its tests hold it to, byte for byte) written out as one
+// pass over the members: it runs for every disaggregated request, and
+// one function costs less there than the general editor's several.
 func NIXLPrefillTo(dst []byte, r Request) []byte {
-	edits := make([]Edit, 0, 7)
-	edits = append(edits,
+	o := r.Body
+	limit := r.maxTokensField()
+	size := len(nixlPrefillParams) + 64
+	for _, m := range o.members {
+		size += m.end - m.start + 1
+	}
+	dst = slices.Grow(dst, size)
+	dst = append(dst, '{')
+	// Set edits apply at a key's first occurrence; later ones are dropped,
+	// as are the deleted keys.
+	var kv, stream, max, completion bool
+	n := 0
+	for _, m := range o.members {
+		if m.removed {
+			continue
+		}
+		var v []byte
+		switch m.key {
+		case "stream_options", "min_tokens", "min_completion_tokens":
+			continue
+		case "kv_transfer_params":
+			if kv {
+				continue
+			}
+			kv, v = true, nixlPrefillParams
+		case "stream":
+			if stream {
+				continue
+			}
+			stream, v = true, jsonFalse
+		case limit:
+			if max {
+				continue
+			}
+			max, v = true, jsonOne
+		case "max_completion_tokens":
+			if completion {
+				continue
+			}
+			completion, v = true, jsonOne
+		}
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		n++
+		if v == nil {
+			dst = append(dst, o.src[m.start:m.end]...)
+			continue
+		}
+		dst = append(dst, o.src[m.start:m.keyEnd]...)
+		dst = append(dst, ':')
+		dst = append(dst, v...)
+	}
+	// the members set that were absent, in nixlPrefillEdits' order
+	if !kv {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		n++
+		dst = append(dst, `"kv_transfer_params":`...)
+		dst = append(dst, nixlPrefillParams...)
+	}
+	if !stream {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		n++
+		dst = append(dst, `"stream":false`...)
+	}
+	if !max {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '"')
+		dst = append(dst, limit...)
+		dst = append(dst, `":1`...)
+	}
+	return append(dst, '}')
+}
+
+// nixlPrefillEdits are the edits NIXLPrefillTo applies to r.
+func nixlPrefillEdits(r Request) []Edit {
+	edits := []Edit{
 		Set("kv_transfer_params", nixlPrefillParams),
 		Set("stream", jsonFalse),
 		Delete("stream_options"),
 		Set(r.maxTokensField(), jsonOne),
 		Delete("min_tokens"),
-		Delete("min_completion_tokens"))
+		Delete("min_completion_tokens"),
+	}
 	if r.Body.Raw("max_completion_tokens") != nil {
 		edits = append(edits, Set("max_completion_tokens", jsonOne))
 	}
-	return r.Body.AppendTo(dst, edits...)
+	return edits
 }
 
 // NIXLDecode builds the decode body of the nixl mode: the sanitised client
@@ -77,4 +166,27 @@ func NIXLDecode(r Request, kvParams []byte) BodyEdit {
 // NIXLDecodeTo is NIXLDecode building the edit's prefix in dst's room.
 func NIXLDecodeTo(dst []byte, r Request, kvParams []byte) BodyEdit {
 	return r.Body.RewriteTo(dst, Set("kv_transfer_params", kvParams))
+}
+
+// NIXLDecodeDetached is NIXLDecodeTo for a Detached r whose DecodeHead is
+// 0 — the usual body: no member to replace or drop, so the edit only puts
+// kv_transfer_params first — built from the offsets alone, with no bytes of
+// the body read back (the same edit, byte for byte). False, and a zero
+// edit, for any other r: the caller rebinds it (RebindHead) and uses
+// NIXLDecodeTo.
+func NIXLDecodeDetached(dst []byte, r Request, kvParams []byte) (BodyEdit, bool) {
+	o := r.Body
+	if o.src != nil || o.srcLen == 0 || o.head != 0 {
+		return BodyEdit{}, false
+	}
+	drain := o.close
+	if len(o.members) > 0 {
+		drain = o.members[0].start
+	}
+	prefix := append(dst[:0], `{"kv_transfer_params":`...)
+	prefix = append(prefix, kvParams...)
+	if drain != o.close {
+		prefix = append(prefix, ',')
+	}
+	return BodyEdit{Drain: drain, Prefix: prefix}, true
 }

@@ -72,7 +72,7 @@ func (o Object) checksum(b []byte, n int, close bool) uint64 {
 // of the last member named by decodeKeys or removed, or 0.
 func (o Object) decodeHead() int {
 	for i := len(o.members) - 1; i >= 0; i-- {
-		if m := o.members[i]; m.removed || slices.Contains(decodeKeys, m.key) {
+		if m := o.members[i]; m.removed || m.key == decodeKeys[0] || m.key == decodeKeys[1] {
 			return m.end
 		}
 	}
@@ -445,12 +445,26 @@ func appendAdded(dst []byte, n int, edits []Edit, done uint64) ([]byte, int) {
 			dst = append(dst, ',')
 		}
 		n++
-		dst = gjson.AppendJSONString(dst, e.key)
+		dst = appendKey(dst, e.key)
 		dst = append(dst, ':')
 		dst = append(dst, e.value...)
 		dst = append(dst, e.more...)
 	}
 	return dst, n
+}
+
+// appendKey appends key as a JSON string, as gjson.AppendJSONString
+// writes it: the keys pdroute sets are plain ASCII, copied between quotes;
+// any other goes to gjson.
+func appendKey(dst []byte, key string) []byte {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < ' ' || c > '~' || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return gjson.AppendJSONString(dst, key)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, key...)
+	return append(dst, '"')
 }
 
 func findEdit(edits []Edit, key string) int {

@@ -344,3 +344,16 @@ func FuzzParseObjectReaders(f *testing.F) {
 		}
 	})
 }
+
+// appendKey writes every key as gjson.AppendJSONString does.
+func TestAppendKey(t *testing.T) {
+	keys := []string{"", "kv_transfer_params", "a b", "é", "\u2028", "a<b", `q"`, `\`, "\x7f", "\xff"}
+	for c := range 256 {
+		keys = append(keys, string([]byte{byte(c)}), "k"+string([]byte{byte(c)}))
+	}
+	for _, k := range keys {
+		if got, want := appendKey([]byte("x"), k), gjson.AppendJSONString([]byte("x"), k); string(got) != string(want) {
+			t.Errorf("appendKey(%q) = %q, want %q", k, got, want)
+		}
+	}
+}

@@ -77,11 +77,49 @@ func NewValidatedRequest(api config.API, body []byte) (Request, error) {
 // An index that is not Complete (the estimate failed on bad JSON) falls back
 // to NewValidatedRequest's own scan.
 func NewIndexedRequest(api config.API, body []byte, x *tokenest.Index) (Request, error) {
+	return NewIndexedRequestIn(api, body, x, nil)
+}
+
+// Room is memory a caller keeps for the member lists of the Requests it
+// indexes (NewIndexedRequestIn), so that indexing a body allocates nothing
+// once the room has grown to its members. The zero Room is ready to use.
+type Room struct{ members []member }
+
+// NewIndexedRequestIn is NewIndexedRequest listing the members in room
+// (nil: a fresh allocation). The Request then lives until room's next use:
+// whatever outlives it is Detached.
+func NewIndexedRequestIn(api config.API, body []byte, x *tokenest.Index, room *Room) (Request, error) {
 	if !x.Complete() {
 		return NewValidatedRequest(api, body)
 	}
-	o, removed := indexedObject(body, x).Without(controlFields...)
+	var dst []member
+	if room != nil {
+		dst = room.members[:0]
+	}
+	// indexedObject and Without(controlFields...) in one pass
+	o := Object{src: body, close: x.Close, members: slices.Grow(dst, len(x.Members))}
+	removed := false
+	for _, m := range x.Members {
+		key := decodeKey(body[m.Start:m.KeyEnd])
+		control := isControlField(key)
+		removed = removed || control
+		o.members = append(o.members, member{start: m.Start, keyEnd: m.KeyEnd, val: m.Val, end: m.End, key: key, removed: control})
+	}
+	if room != nil {
+		room.members = o.members[:0]
+	}
 	return Request{API: api, Body: o, Removed: removed}, nil
+}
+
+// isControlField reports whether key is one of controlFields.
+func isControlField(key string) bool {
+	switch key {
+	case "kv_transfer_params", "disagg_spec",
+		"bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
+		"disagg_prefill_resp":
+		return true
+	}
+	return false
 }
 
 // Detach returns r without the body's bytes: the members' offsets, and a
@@ -104,7 +142,7 @@ func (r Request) Detach() Request {
 // decodeKeys are the members the nixl and orchestrated decode edits set
 // (NIXLDecode, OrchestratedDecode). Both are control fields, so a client's
 // are removed, never kept.
-var decodeKeys = []string{"kv_transfer_params", "disagg_prefill_resp"}
+var decodeKeys = [...]string{"kv_transfer_params", "disagg_prefill_resp"}
 
 // DecodeHead is how many leading bytes of the body a Detached r needs
 // for the nixl and orchestrated decode edits: up to the end of the last
@@ -116,14 +154,15 @@ func (r Request) DecodeHead() int { return r.Body.head }
 // head is the first DecodeHead() bytes of the body, and the Request it
 // returns serves NIXLDecode and OrchestratedDecode, which read nothing
 // beyond them (any other use may panic). False when head is not the head
-// r was indexed from.
+// r was indexed from. It writes the keys into r's own member list, which
+// it does not copy: r stays Detached (Rebind and RebindHead read no key),
+// but its keys then alias head until the next rebinding.
 func (r Request) RebindHead(head []byte) (Request, bool) {
 	o := r.Body
 	if o.src != nil || o.srcLen == 0 || len(head) != o.head || o.checksum(head, o.headMembers(), false) != o.headSum {
 		return Request{}, false
 	}
 	o.src = head
-	o.members = slices.Clone(o.members)
 	for i := range o.members[:o.headMembers()] {
 		m := &o.members[i]
 		m.key = decodeKey(head[m.start:m.keyEnd])
@@ -157,6 +196,9 @@ func (r Request) Rebind(body []byte) (Request, bool) {
 // a prefill fallback): the sanitised client body. A zero BodyEdit when
 // nothing was removed.
 func (r Request) Direct() BodyEdit {
+	if !r.Removed {
+		return BodyEdit{} // Rewrite's answer without its pass
+	}
 	return r.Body.Rewrite()
 }
 

@@ -20,6 +20,10 @@ func RequestID(header string, random [16]byte) string {
 	return UUIDv4(random)
 }
 
+// KeepsRequestID reports whether RequestID keeps the client's header
+// rather than make a UUID (the caller then needs no random bytes).
+func KeepsRequestID(header string) bool { return wellFormedRequestID(header) }
+
 func wellFormedRequestID(s string) bool {
 	if len(s) == 0 || len(s) > maxRequestIDLen {
 		return false
@@ -37,10 +41,17 @@ func wellFormedRequestID(s string) bool {
 // UUIDv4 formats 16 random bytes as an RFC 9562 version-4 UUID (lower-case
 // 8-4-4-4-12 hex), setting the version and variant bits.
 func UUIDv4(random [16]byte) string {
+	var out [36]byte
+	PutUUIDv4(&out, random)
+	return string(out[:])
+}
+
+// PutUUIDv4 writes UUIDv4(random) into out (memory a caller keeps the id
+// in, sparing the string's allocation).
+func PutUUIDv4(out *[36]byte, random [16]byte) {
 	random[6] = random[6]&0x0f | 0x40
 	random[8] = random[8]&0x3f | 0x80
 	const hex = "0123456789abcdef"
-	var out [36]byte
 	j := 0
 	for i, b := range random {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
@@ -50,5 +61,4 @@ func UUIDv4(random [16]byte) string {
 		out[j], out[j+1] = hex[b>>4], hex[b&0x0f]
 		j += 2
 	}
-	return string(out[:])
 }

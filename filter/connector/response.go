@@ -99,27 +99,16 @@ func ParsePrefillAnswerIn(body []byte, x *tokenest.Index) (PrefillAnswer, error)
 		}
 	}
 	var a PrefillAnswer
-	switch {
-	case kv == nil:
-		a.KV = KVAbsent
-	case kv[0] == 'n':
-		a.KV = KVNull
-	case kv[0] != '{':
-		a.KV = KVNotObject
-	case kv[skipSpace(kv, 1)] == '}':
-		a.KV = KVEmpty
-	default:
-		a.KV, a.KVParams = KVPresent, kv
+	if a.KV, a.KVParams = classifyKV(kv); a.KV == KVPresent {
 		// Reading kv's members again costs as much as its bytes (8192
 		// KV block ids at 128k tokens): only lmcache's answers hold a
 		// first_tok, and only one holding its name, or an escape that
 		// could spell it, is read.
-		if !mayHoldKey(kv, firstTokKey) || indexObject(kv, x) != nil {
-			break
-		}
-		if t := lastMember(kv, x, "first_tok"); t != nil {
-			if r := gjson.Parse(unsafeString(t)); r.Type == gjson.Number && isUint(t) {
-				a.First.OK, a.First.Token = true, r.Int()
+		if mayHoldKey(kv, firstTokKey) && indexObject(kv, x) == nil {
+			if t := lastMember(kv, x, "first_tok"); t != nil {
+				if r := gjson.Parse(unsafeString(t)); r.Type == gjson.Number && isUint(t) {
+					a.First.OK, a.First.Token = true, r.Int()
+				}
 			}
 		}
 	}
@@ -144,6 +133,39 @@ func ParsePrefillAnswerIn(body []byte, x *tokenest.Index) (PrefillAnswer, error)
 		}
 	}
 	return a, nil
+}
+
+// ParseNIXLAnswerIn is ParsePrefillAnswerIn reading only what the nixl and
+// orchestrated modes use: KV and KVParams (First stays zero). It validates
+// the answer as ParsePrefillAnswerIn does, and fails exactly when it fails,
+// but reads none of the lmcache fields: a filter pays for what its mode
+// needs on every request.
+func ParseNIXLAnswerIn(body []byte, x *tokenest.Index) (PrefillAnswer, error) {
+	if x == nil {
+		x = new(tokenest.Index)
+	}
+	if err := indexObject(body, x); err != nil {
+		return PrefillAnswer{}, err
+	}
+	var a PrefillAnswer
+	a.KV, a.KVParams = classifyKV(lastMember(body, x, "kv_transfer_params"))
+	return a, nil
+}
+
+// classifyKV classifies the raw kv_transfer_params value kv (nil when
+// absent); params is kv when it is a non-empty object.
+func classifyKV(kv []byte) (s KVStatus, params []byte) {
+	switch {
+	case kv == nil:
+		return KVAbsent, nil
+	case kv[0] == 'n':
+		return KVNull, nil
+	case kv[0] != '{':
+		return KVNotObject, nil
+	case kv[skipSpace(kv, 1)] == '}':
+		return KVEmpty, nil
+	}
+	return KVPresent, kv
 }
 
 // indexObject is ParseObject into x: the top-level members of the JSON

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"strconv"
 	"unsafe"
 
 	"github.com/pdroute/pdroute/filter/abi"
@@ -130,6 +131,25 @@ func readResponseHeaders() responseHead {
 		}
 	})
 	return r
+}
+
+// parseLength is strconv.Atoi(v) for a content-length: its digits are read
+// here, and only another spelling goes to strconv.
+func parseLength(v string) (int, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		n, err := strconv.Atoi(v)
+		return n, err == nil
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			n, err := strconv.Atoi(v)
+			return n, err == nil
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // atoi is the non-negative decimal number b, or 0 when b is anything else

@@ -69,9 +69,9 @@ func (s *stream) startLMCache(req connector.Request) types.Action {
 		ep = s.decodeEP
 	}
 	s.prefillStart = time.Now()
-	if err := s.dispatch(ep, "POST", connector.TokenizePath, tokenizeBody, s.cfg().PrefillTimeout, nil, s.onTokenized); err != nil {
+	if err := s.dispatch(ep, "POST", connector.TokenizePath, tokenizeBody, s.cfg().PrefillTimeout, nil, (*stream).onTokenized); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch tokenize to %s: %v", s.id, ep.Name, err)
-		s.reportPrefill(config.PrefillReset)
+		s.reportPrefill(config.PrefillReset, time.Now())
 		return actionFor(s.afterPrefillFailure(config.PrefillReset, "tokenize: "+err.Error()))
 	}
 	return types.ActionPause
@@ -92,8 +92,9 @@ func (s *stream) onTokenized(a callAnswer) {
 		tokens, _ = connector.ParseTokenizeAnswer(a.body)
 	}
 	if tokens == nil {
-		o := s.prefillOutcome(a, false)
-		s.reportPrefill(o)
+		now := time.Now()
+		o := s.prefillOutcome(a, false, now)
+		s.reportPrefill(o, now)
 		s.onPrefillFailed(o, a)
 		return
 	}
@@ -114,13 +115,13 @@ func (s *stream) lmcachePrefill(req connector.Request) bool {
 	body := connector.LMCachePrefill(req, s.lm.tokens, s.lm.kvID, s.decodeEP)
 	s.r.kv.add(s)
 	s.prefillStart = time.Now()
-	err := s.dispatch(s.prefillEP, "POST", connector.CompletionsPath, body, s.cfg().PrefillTimeout, nil, s.onLMCacheAnswer)
+	err := s.dispatch(s.prefillEP, "POST", connector.CompletionsPath, body, s.cfg().PrefillTimeout, nil, (*stream).onLMCacheAnswer)
 	if err == nil {
 		return false
 	}
 	abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)
 	s.r.kv.remove(s)
-	s.reportPrefill(config.PrefillReset)
+	s.reportPrefill(config.PrefillReset, time.Now())
 	return s.afterPrefillFailure(config.PrefillReset, err.Error())
 }
 
@@ -132,14 +133,14 @@ func (s *stream) onLMCacheAnswer(a callAnswer) {
 			ans, usable = p, p.Usable(config.ModeLMCache)
 		}
 	}
-	o := s.prefillOutcome(a, usable)
-	s.reportPrefill(o)
+	now := time.Now()
+	o := s.prefillOutcome(a, usable, now)
+	s.reportPrefill(o, now)
 	if o != config.PrefillOK {
 		s.r.kv.remove(s)
 		s.onPrefillFailed(o, a)
 		return
 	}
-	now := time.Now()
 	s.lm.first, s.lm.answered, s.lm.at = ans.First, true, now
 	s.lm.deadline = now.Add(s.cfg().LMCache.KVWaitTimeout)
 	if s.r.kv.ready(s) {

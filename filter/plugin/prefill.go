@@ -72,9 +72,11 @@ func keepContentType(v []byte) string {
 // dispatch sends an http call to endpoint e with the stream's request id
 // and credentials. onAnswer runs later, with this stream as effective
 // context. With answerBuf the answer's body is read into that kept buffer
-// (readCallAnswerInto): onAnswer must not keep it.
+// (readCallAnswerInto): onAnswer must not keep it. onAnswer is a method
+// expression ((*stream).onNIXLAnswer), not a method value: the callback
+// closure is then the call's one allocation.
 func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration,
-	answerBuf *[]byte, onAnswer func(callAnswer)) error {
+	answerBuf *[]byte, onAnswer func(*stream, callAnswer)) error {
 	cluster, dst := s.cfg().Upstream(e)
 	headers := make([][2]string, 0, 8)
 	headers = append(headers,
@@ -93,7 +95,7 @@ func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, 
 		headers = append(headers, [2]string{originalDstHeader, dst})
 	}
 	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond),
-		func(numHeaders, bodySize, _ int) { onAnswer(readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
+		func(numHeaders, bodySize, _ int) { onAnswer(s, readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
 	return err
 }
 
@@ -108,9 +110,9 @@ func (s *stream) callAuthority(e *config.Endpoint) string {
 
 // startNIXL dispatches the nixl/orchestrated prefill: the client body asking
 // for remote decode and one token, to the same path.
-func (s *stream) startNIXL(req connector.Request) types.Action {
+func (s *stream) startNIXL(req connector.Request, now time.Time) types.Action {
 	body := connector.NIXLPrefillTo(s.r.prefillBody[:0], req)
-	act := s.startPrefill(s.path, body, &s.r.answer, s.onNIXLAnswer)
+	act := s.startPrefill(s.path, body, now, &s.r.answer, (*stream).onNIXLAnswer)
 	if abi.CallBodyCopied && cap(body) <= maxKeptPrefillBody {
 		// the host has its copy: the next prefill body is built here
 		s.r.prefillBody = body[:0]
@@ -126,12 +128,13 @@ func (s *stream) startNIXL(req connector.Request) types.Action {
 const maxKeptPrefillBody = 1 << 20
 
 // startPrefill dispatches a prefill body and keeps the request paused until
-// onAnswer runs. A call Envoy refuses at once counts as a reset.
-func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAnswer func(callAnswer)) types.Action {
-	s.prefillStart = time.Now()
+// onAnswer runs. A call Envoy refuses at once counts as a reset. now is
+// the body callback's clock reading (one per callback: each is a host call).
+func (s *stream) startPrefill(path string, body []byte, now time.Time, answerBuf *[]byte, onAnswer func(*stream, callAnswer)) types.Action {
+	s.prefillStart = now
 	if err := s.dispatch(s.prefillEP, "POST", path, body, s.cfg().PrefillTimeout, answerBuf, onAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch prefill to %s: %v", s.id, s.prefillEP.Name, err)
-		s.reportPrefill(config.PrefillReset)
+		s.reportPrefill(config.PrefillReset, time.Now())
 		if s.afterPrefillFailure(config.PrefillReset, err.Error()) {
 			return types.ActionContinue
 		}
@@ -140,17 +143,17 @@ func (s *stream) startPrefill(path string, body []byte, answerBuf *[]byte, onAns
 }
 
 // prefillOutcome classifies a prefill answer, telling Envoy's own reset and
-// timeout answers from the engine's (config.ClassifyPrefillAnswer).
-func (s *stream) prefillOutcome(a callAnswer, usable bool) config.PrefillOutcome {
-	elapsed := time.Since(s.prefillStart)
+// timeout answers from the engine's (config.ClassifyPrefillAnswer). now is
+// the answer callback's clock reading.
+func (s *stream) prefillOutcome(a callAnswer, usable bool, now time.Time) config.PrefillOutcome {
+	elapsed := now.Sub(s.prefillStart)
 	s.r.m.prefillLatency.Record(uint64(elapsed / time.Millisecond))
 	return config.ClassifyPrefillAnswer(a.status, a.body, usable, elapsed, s.cfg().PrefillTimeout)
 }
 
 // reportPrefill feeds passive health and releases the prefill lease: the
 // prefiller's work is over once it answered (or failed).
-func (s *stream) reportPrefill(o config.PrefillOutcome) {
-	now := time.Now()
+func (s *stream) reportPrefill(o config.PrefillOutcome, now time.Time) {
 	if s.prefill == nil {
 		return
 	}
@@ -174,15 +177,25 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 	var ans connector.PrefillAnswer
 	usable := false
 	if a.status >= 200 && a.status < 300 {
-		if p, err := connector.ParsePrefillAnswerIn(a.body, &s.r.index); err == nil {
+		if p, err := connector.ParseNIXLAnswerIn(a.body, &s.r.index); err == nil {
 			ans, usable = p, p.Usable(s.cfg().Mode)
 		}
 	}
-	o := s.prefillOutcome(a, usable)
-	s.reportPrefill(o)
+	now := time.Now()
+	o := s.prefillOutcome(a, usable, now)
+	s.reportPrefill(o, now)
 	if o != config.PrefillOK {
 		s.onPrefillFailed(o, a)
 		return
+	}
+	if s.cfg().Mode != config.ModeOrchestrated {
+		// the usual body: the edit from the offsets, nothing read back
+		if edit, ok := connector.NIXLDecodeDetached(s.r.edit, s.indexed, ans.KVParams); ok {
+			s.keepEdit(edit)
+			s.toDecoder(edit, pathDisagg)
+			s.resume()
+			return
+		}
 	}
 	req, ok := s.rereadHead()
 	if !ok {
@@ -201,12 +214,18 @@ func (s *stream) onNIXLAnswer(a callAnswer) {
 		}
 	} else {
 		edit = connector.NIXLDecodeTo(s.r.edit, req, ans.KVParams)
-		if cap(edit.Prefix) <= maxKeptBody {
-			s.r.edit = edit.Prefix[:0] // applied (copied) by toDecoder below
-		}
+		s.keepEdit(edit)
 	}
 	s.toDecoder(edit, pathDisagg)
 	s.resume()
+}
+
+// keepEdit keeps the room of an edit built in the root's edit buffer,
+// which toDecoder applies (the host copies it) before the buffer's next use.
+func (s *stream) keepEdit(edit connector.BodyEdit) {
+	if cap(edit.Prefix) <= maxKeptBody {
+		s.r.edit = edit.Prefix[:0]
+	}
 }
 
 // onPrefillFailed follows the failure policy from inside the prefill
@@ -284,7 +303,11 @@ func (s *stream) reread() (connector.Request, bool) {
 	if req, ok := s.indexed.Rebind(body); ok {
 		return req, true // the offsets found before the prefill
 	}
-	return s.index(body, nil)
+	req, ok := s.index(body, nil)
+	if ok {
+		s.indexed = req.Detach() // for the next reread
+	}
+	return req, ok
 }
 
 // refuse answers a request the decode engine would certainly refuse

@@ -42,15 +42,15 @@ func (s *stream) startSGLang(req connector.Request, body []byte) types.Action {
 	rooms := newRoomSource()
 	edit, err := connector.SGLang(req, s.prefillEP, rooms.next)
 	if err != nil {
-		s.reportPrefill(config.PrefillOK) // the prefiller was never asked
+		s.reportPrefill(config.PrefillOK, time.Now()) // the prefiller was never asked
 		s.fail(apierr.MalformedJSON, err.Error())
 		return types.ActionPause
 	}
 	s.sg = &sglangStream{room: rooms.first & (1<<63 - 1)}
 	s.prefillStart = time.Now()
-	if err := s.dispatch(s.prefillEP, "POST", s.path, edit.Apply(body), s.cfg().PrefillTimeout, nil, s.onSGLangAnswer); err != nil {
+	if err := s.dispatch(s.prefillEP, "POST", s.path, edit.Apply(body), s.cfg().PrefillTimeout, nil, (*stream).onSGLangAnswer); err != nil {
 		abi.LogErrorf("pdroute: stream %d: dispatch sglang prefill to %s (bootstrap_room %d): %v", s.id, s.prefillEP.Name, s.sg.room, err)
-		s.reportPrefill(config.PrefillReset)
+		s.reportPrefill(config.PrefillReset, time.Now())
 		s.sg = nil
 		s.fail(s.cfg().OnPrefill(config.PrefillReset).Error, err.Error())
 		return types.ActionPause
@@ -60,8 +60,9 @@ func (s *stream) startSGLang(req connector.Request, body []byte) types.Action {
 }
 
 func (s *stream) onSGLangAnswer(a callAnswer) {
-	o := s.prefillOutcome(a, true)
-	s.reportPrefill(o)
+	now := time.Now()
+	o := s.prefillOutcome(a, true, now)
+	s.reportPrefill(o, now)
 	sg := s.sg
 	if o == config.PrefillOK {
 		sg.prefillDone = true

@@ -1,10 +1,10 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -56,6 +56,8 @@ type stream struct {
 	// tokens is the estimate (-1 when the body has no recognised prompt).
 	tokens int
 	reqID  string
+	// uuid holds the bytes of a request id pdroute made (setRequestID).
+	uuid [36]byte
 	// route is the path label once decided (requests.<route>).
 	route string
 
@@ -117,7 +119,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		return s.passthrough()
 	}
 	s.api, s.handled = api, true
-	if !config.JSONContentType(s.contentType) {
+	if s.contentType != "application/json" && !config.JSONContentType(s.contentType) {
 		// Handled whatever its label (config.Match): the body is parsed and
 		// sanitised as JSON, and engines get it labelled so.
 		if err := abi.ReplaceHttpRequestHeader("content-type", "application/json"); err != nil {
@@ -128,7 +130,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 		s.fail(apierr.MalformedJSON, "empty body")
 		return types.ActionPause
 	}
-	if n, err := strconv.Atoi(h.contentLength); err == nil && n > cfg.MaxBodyBytes {
+	if n, ok := parseLength(h.contentLength); ok && n > cfg.MaxBodyBytes {
 		s.fail(apierr.BodyTooLarge, fmt.Sprintf("%d bytes, limit %d", n, cfg.MaxBodyBytes))
 		return types.ActionPause
 	}
@@ -152,7 +154,7 @@ func (s *stream) continueAtHeaders() bool {
 	s.early = true
 	s.r.m.ways[config.RouteAtHeaders].Increment(1)
 	s.setRequestID()
-	if !s.pickDecode(nil) {
+	if !s.pickDecode(nil, time.Now()) {
 		return false
 	}
 	s.routeTo(s.decodeEP)
@@ -166,7 +168,7 @@ func (s *stream) continueAtHeaders() bool {
 func (s *stream) passthrough() types.Action {
 	s.route = pathPassthrough
 	s.r.m.requests[pathPassthrough].Increment(1)
-	if !s.pickDecode(nil) {
+	if !s.pickDecode(nil, time.Now()) {
 		return types.ActionPause
 	}
 	s.routeTo(s.decodeEP)
@@ -246,7 +248,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	est, err := s.r.tools.EstimateNear(body, s.api.Path(), s.r.method, cfg.ThresholdTokens, &s.r.index)
 	h1, m1, _ := s.r.tools.Stats()
 	s.r.m.toolCache(h0, m0, h1, m1)
-	if errors.Is(err, tokenest.ErrNotJSON) {
+	if err == tokenest.ErrNotJSON { // never wrapped (EstimateNear)
 		s.fail(apierr.MalformedJSON, "request body is not a JSON object")
 		return types.ActionPause
 	}
@@ -268,8 +270,9 @@ func (s *stream) decideBody(body []byte) types.Action {
 	// The decoder is chosen first (on the headers way it already is): without
 	// one nothing can be served, no prefill should run for nothing, and with
 	// threshold_on "uncached" the decision depends on what that decoder holds.
-	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, &s.r.index, s.api.Path(), time.Now())
-	if !s.pickDecode(body) {
+	now := time.Now() // one clock reading (a host call) for the callback
+	s.usePrefix = s.r.px != nil && s.r.px.lookup(body, &s.r.index, s.api.Path(), now)
+	if !s.pickDecode(body, now) {
 		return types.ActionPause
 	}
 	d := s.decideRoute()
@@ -279,7 +282,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 	var action types.Action
 	switch d {
 	case config.Disaggregate:
-		action = s.disaggregate(req, body)
+		action = s.disaggregate(req, body, now)
 	default:
 		s.toDecoder(req.Direct(), pathDirect)
 		action = types.ActionContinue
@@ -291,7 +294,7 @@ func (s *stream) decideBody(body []byte) types.Action {
 		if s.prefill != nil {
 			prefill = s.prefill.Index
 		}
-		s.r.px.record(s.decode.Index, prefill, time.Now())
+		s.r.px.record(s.decode.Index, prefill, now)
 	}
 	return action
 }
@@ -316,7 +319,7 @@ func (s *stream) decideRoute() config.Route {
 }
 
 // disaggregate starts the mode's prefill leg; the decoder is chosen.
-func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
+func (s *stream) disaggregate(req connector.Request, body []byte, now time.Time) types.Action {
 	if err := connector.Disaggregable(s.cfg().Mode, req); err != nil {
 		// batches in nixl mode, media or tools in lmcache mode…: a decoder serves them whole
 		abi.LogDebugf("pdroute: stream %d: not disaggregated: %v", s.id, err)
@@ -327,7 +330,10 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 		s.refuse(err)
 		return types.ActionPause
 	}
-	if !s.pickPrefill(body) {
+	// From here the request outlives the callback (reread); a request
+	// served directly never needs its detached index.
+	s.indexed = req.Detach()
+	if !s.pickPrefill(body, now) {
 		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
 		if s.afterPrefillFailure(config.PrefillNoEndpoint, "") {
 			return types.ActionContinue
@@ -340,16 +346,22 @@ func (s *stream) disaggregate(req connector.Request, body []byte) types.Action {
 	case config.ModeSGLang:
 		return s.startSGLang(req, body)
 	default:
-		return s.startNIXL(req)
+		return s.startNIXL(req, now)
 	}
 }
 
 // setRequestID keeps a well-formed client X-Request-Id or makes a UUIDv4;
 // both legs carry it (vLLM uses it as the engine request id).
 func (s *stream) setRequestID() {
-	var random [16]byte
-	_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
-	s.reqID = connector.RequestID(s.clientRequestID, random)
+	if connector.KeepsRequestID(s.clientRequestID) {
+		s.reqID = s.clientRequestID
+	} else {
+		var random [16]byte
+		_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
+		// the id lives in the stream, which lives as long as it
+		connector.PutUUIDv4(&s.uuid, random)
+		s.reqID = unsafe.String(&s.uuid[0], len(s.uuid))
+	}
 	if err := abi.ReplaceHttpRequestHeader("x-request-id", s.reqID); err != nil {
 		abi.LogWarnf("pdroute: stream %d: set x-request-id: %v", s.id, err)
 	}
@@ -357,7 +369,7 @@ func (s *stream) setRequestID() {
 
 // pickDecode chooses the decoder, or answers 503 when none is usable. On
 // the headers way the decoder was chosen at the headers.
-func (s *stream) pickDecode(body []byte) bool {
+func (s *stream) pickDecode(body []byte, now time.Time) bool {
 	if s.early && s.decode != nil {
 		return true
 	}
@@ -365,7 +377,7 @@ func (s *stream) pickDecode(body []byte) bool {
 	if s.usePrefix {
 		cached = s.r.px.decCach
 	}
-	lease, err := s.r.decode.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Decode), cached, s.promptBytes())
+	lease, err := s.r.decode.PickCached(now, s.prefixKey(body, &s.cfg().Decode), cached, s.promptBytes())
 	if err != nil {
 		s.fail(apierr.NoDecodeEndpoint, "")
 		return false
@@ -375,12 +387,12 @@ func (s *stream) pickDecode(body []byte) bool {
 }
 
 // pickPrefill chooses the prefiller; false when none is usable.
-func (s *stream) pickPrefill(body []byte) bool {
+func (s *stream) pickPrefill(body []byte, now time.Time) bool {
 	var cached []int
 	if s.usePrefix {
 		cached = s.r.px.preCached
 	}
-	lease, err := s.r.prefill.PickCached(time.Now(), s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
+	lease, err := s.r.prefill.PickCached(now, s.prefixKey(body, &s.cfg().Prefill), cached, s.promptBytes())
 	if err != nil {
 		return false
 	}
@@ -390,16 +402,28 @@ func (s *stream) pickPrefill(body []byte) bool {
 
 // index indexes a body tokenest has validated (it returned anything but
 // ErrNotJSON) from x, the index the estimate made of it (nil: scan the
-// body), answering 400 for what is still wrong with it.
+// body), answering 400 for what is still wrong with it. The Request lives
+// until the callback returns (requestRoom): what must outlive it is
+// Detached into s.indexed.
 func (s *stream) index(body []byte, x *tokenest.Index) (connector.Request, bool) {
-	req, err := connector.NewIndexedRequest(s.api, body, x)
+	var room *connector.Room
+	if len(body) <= maxKeptBody {
+		// the body lies in the root's buffer, which the room's keys may
+		// alias; a longer one is not kept alive by them
+		room = &requestRoom
+	}
+	req, err := connector.NewIndexedRequestIn(s.api, body, x, room)
 	if err != nil {
 		s.fail(apierr.MalformedJSON, err.Error())
 		return connector.Request{}, false
 	}
-	s.indexed = req.Detach()
 	return req, true
 }
+
+// requestRoom holds the member list of the request a callback indexes
+// (index): the VM runs one callback at a time, and what a stream keeps
+// past it is Detached.
+var requestRoom connector.Room
 
 // promptBytes is the rendered prompt's size the prefix index measured.
 func (s *stream) promptBytes() int {
@@ -453,9 +477,29 @@ func (s *stream) editBody(e connector.BodyEdit) {
 	}
 	s.bodyLen = e.Len(s.bodyLen)
 	if !s.early && s.hasContentLength {
-		if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
-			abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
+		s.setContentLength()
+	}
+}
+
+// lengthDigits is where setContentLength writes its value: the host
+// copies a header value before the call returns, and the VM runs one
+// callback at a time, so one buffer serves every stream.
+var lengthDigits [20]byte
+
+// setContentLength sets content-length to bodyLen, allocating nothing
+// (strconv.Itoa would, beyond 99: the value escapes into the host call).
+func (s *stream) setContentLength() {
+	b := &lengthDigits
+	i := len(b)
+	for n := s.bodyLen; ; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+		if n < 10 {
+			break
 		}
+	}
+	if err := abi.ReplaceHttpRequestHeader("content-length", unsafe.String(&b[i], len(b)-i)); err != nil {
+		abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
 	}
 }
 
@@ -470,9 +514,7 @@ func (s *stream) replaceBody(body []byte) {
 	if s.early {
 		return // content-length went at the headers
 	}
-	if err := abi.ReplaceHttpRequestHeader("content-length", strconv.Itoa(s.bodyLen)); err != nil {
-		abi.LogWarnf("pdroute: stream %d: set content-length: %v", s.id, err)
-	}
+	s.setContentLength()
 }
 
 // routeTo points Envoy's router at e: the route header for cluster_header,
