@@ -2,6 +2,7 @@ package jsonraw
 
 import (
 	"math/bits"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects Valid and Skip
@@ -202,6 +203,18 @@ func Escape(c byte) byte { return escapes[c] }
 // escapes (code) are taken in place as CountString takes them; it reads
 // the whole of a long prompt that EstimateNear counts in part.
 func SkipString(b []byte, i int) int {
+	end, _ := SkipStringExtra(b, i)
+	return end
+}
+
+// SkipStringExtra is SkipString that also returns how many more bytes the
+// string's \u escapes take than the UTF-8 of their characters (a
+// surrogate pair's twelve against four): the string's raw length less
+// extra is its length with every \u escape written as UTF-8, a measure of
+// its text that does not depend on how a client escaped it (EstimateNear
+// extrapolates by it). The escapes leave the word loop anyway, so the
+// count costs nothing on plain text.
+func SkipStringExtra(b []byte, i int) (end, extra int) {
 	if len(b)-i > 16 {
 		// A string of up to fifteen bytes (most keys and roles): its
 		// closing quote is the first stop of the two words after the
@@ -214,7 +227,7 @@ func SkipString(b []byte, i int) int {
 		if stops(x) != 0 {
 			k := bits.TrailingZeros64(stops(x)) >> 3
 			if b[i+1+k] == '"' {
-				return i + 2 + k
+				return i + 2 + k, 0
 			}
 		}
 	}
@@ -248,19 +261,20 @@ func SkipString(b []byte, i int) int {
 			i++
 		}
 		if i >= len(b) || b[i] < 0x20 {
-			return -1
+			return -1, 0
 		}
 		if b[i] == '"' {
-			return i + 1
+			return i + 1, extra
 		}
 		if i+1 < len(b) && escapes[b[i+1]] != 0 {
 			i += 2
 			continue
 		}
-		_, w := DecodeEscape(b[i:])
+		r, w := DecodeEscape(b[i:])
 		if w == 0 {
-			return -1
+			return -1, 0
 		}
+		extra += w - utf8.RuneLen(r)
 		i += w
 	}
 }
