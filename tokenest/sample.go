@@ -6,24 +6,34 @@ import (
 )
 
 // Reading long strings in part (EstimateNear). The Default method costs
-// ~10 ns a byte in wasm, where the filter runs: a 128k-token prompt (500
-// KB) took 5 ms, most of the filter's time on the requests it exists for.
-// Text of one prompt is statistically alike along its length, so a string
-// longer than sampleMin is read in part: its first sampleHead bytes, then
-// sampleWindows windows of sampleWindow bytes spread evenly over the rest,
-// whose cost is scaled by the bytes they stand for. The whole string is
-// still validated (jsonraw.SkipString, four times faster than the
-// estimate), so the JSON guarantee of Estimate holds. TestSampledAccuracy
-// bounds the error on long documents of every class and on documents that
-// change language along the way; EstimateNear reads the body whole when the
-// sampled estimate lands near the caller's threshold.
+// ~4–7 ns a byte in wasm, where the filter runs: on long prompts, the
+// requests pdroute exists for, most of the filter's time. A string of at
+// least sampleMin bytes is read in part: sampleWindows windows of about
+// sampleWindow bytes, each at a place drawn by a fixed hash within an even
+// stretch of the string, are copied one after the other into one buffer
+// and counted as one text (so that its Englishness is judged on all of
+// them, as the whole string's is on all of it). Their cost is scaled by the
+// measure of text they stand for: the string's length with every \u escape
+// counted as the UTF-8 bytes of its character (jsonraw.SkipStringExtra),
+// which does not change when a client escapes what it sends (Python's
+// json.dumps does, by default: six bytes for a character of two or three,
+// so that a part in ASCII and a part in Cyrillic weigh three times
+// differently in bytes). The whole string is still validated (SkipString,
+// ~8 times faster than the estimate), so the JSON guarantee of Estimate
+// holds. TestSampledAccuracy bounds the error on documents of every class,
+// from sampleMin to 128k tokens, escaped or not, on documents that change
+// language along the way and on chats; EstimateNear reads the body whole
+// when the sampled estimate lands near the caller's threshold.
 const (
-	sampleMin     = 48 << 10 // strings shorter than this are read whole
-	sampleHead    = 8 << 10
-	sampleWindows = 48
-	sampleWindow  = 1 << 10
+	sampleMin     = 64 << 10 // strings shorter than this are read whole
+	sampleWindows = 128
+	sampleWindow  = 320
 	// cutSearch bounds the search for a place to cut a window (see cut).
 	cutSearch = 256
+	// sampleBuf holds the windows: each is cut past sampleWindow bytes at
+	// the next space, lead byte or escape, a few bytes on (at most
+	// cutSearch); a sample that does not fit is read whole.
+	sampleBuf = sampleWindows*sampleWindow + 8<<10
 	// nearBand is how close to the threshold (a fraction of it) a sampled
 	// estimate makes EstimateNear read the body whole: several times the
 	// largest sampling error TestSampledAccuracy allows.
@@ -38,7 +48,7 @@ func (t *tally) sampledString(v int) (int, bool) {
 	if len(b)-v < sampleMin {
 		return 0, false
 	}
-	end := jsonraw.SkipString(b, v)
+	end, extra := jsonraw.SkipStringExtra(b, v)
 	if end < 0 {
 		return -1, true
 	}
@@ -46,19 +56,13 @@ func (t *tally) sampledString(v int) (int, bool) {
 	if hi-lo < sampleMin {
 		return 0, false
 	}
-	// on the stack, and zeroed, only for a string read in part (~11 KB)
+	// on the stack, and zeroed, only for a string read in part (~50 KB)
 	var win tallyWindow
 	w := &win
-	// the head
-	headEnd := cut(b, lo+sampleHead, hi)
-	if headEnd < 0 || !w.count(b[lo:headEnd]) {
-		return 0, false
-	}
-	head := w.c.Cost()
-	// the windows, evenly spaced over the rest
-	rest := hi - headEnd
+	n := 1
+	w.buf[0] = '"'
+	rest := hi - lo
 	step := rest / sampleWindows
-	read := 0
 	for k := range sampleWindows {
 		// a place within the k-th stretch, drawn by a fixed hash of k and
 		// the length: not at the same place of each stretch, which on a
@@ -67,21 +71,23 @@ func (t *tally) sampledString(v int) (int, bool) {
 		if room := step - sampleWindow - cutSearch; room > 0 {
 			jitter = int((uint64(k+1)*0x9E3779B97F4A7C15 ^ uint64(rest)) * 0xBF58476D1CE4E5B9 >> 33 % uint64(room))
 		}
-		from := cut(b, headEnd+k*step+jitter, hi)
+		from := cut(b, lo+k*step+jitter, hi)
 		if from < 0 {
 			return 0, false
 		}
 		to := cut(b, min(from+sampleWindow, hi), hi)
-		if to < 0 || to <= from {
+		if to < 0 || to <= from || n+to-from+1 > len(w.buf) {
 			return 0, false
 		}
-		if !w.count(b[from:to]) {
-			return 0, false
-		}
-		read += to - from
+		n += copy(w.buf[n:], b[from:to])
 	}
-	windows := w.c.Cost() - head
-	t.text.AddCost(head + int64(float64(windows)*float64(rest)/float64(read)))
+	w.buf[n] = '"'
+	n++
+	if w.c.JSONString(w.buf[:n], 0) != n {
+		return 0, false // it should always read as a string
+	}
+	_, partExtra := jsonraw.SkipStringExtra(w.buf[:n], 0)
+	t.text.AddCost(int64(float64(w.c.Cost()) * float64(rest-extra) / float64(n-2-partExtra)))
 	t.sampled = true
 	return end, true
 }
@@ -114,28 +120,15 @@ func cut(b []byte, i, hi int) int {
 	return -1
 }
 
-// tallyWindow counts windows of a long string, each as a text of its own.
+// tallyWindow counts the windows of a long string, copied one after the
+// other between quotes, as one JSON string.
 type tallyWindow struct {
 	c   textmodel.Counter
-	buf [sampleHead + 2*cutSearch + 2]byte
-}
-
-// count scans raw (a window of a JSON string's raw bytes, cut where cut
-// allows) as a JSON string of its own: copied between quotes, so that the
-// Counter reads it as it reads a whole string. False if it does not read
-// as one (it should always).
-func (w *tallyWindow) count(raw []byte) bool {
-	if len(raw)+2 > len(w.buf) {
-		return false
-	}
-	w.buf[0] = '"'
-	n := copy(w.buf[1:], raw)
-	w.buf[n+1] = '"'
-	return w.c.JSONString(w.buf[:n+2], 0) == n+2
+	buf [sampleBuf]byte
 }
 
 // EstimateNear is Estimate for a routing decision against threshold
-// tokens: strings longer than 48 KB are read in part and their estimate
+// tokens: strings of 64 KB or more are read in part and their estimate
 // extrapolated (see sample.go), unless the estimate so found lies within
 // 15 % of threshold, when the body is read whole. The result and errors
 // are Estimate's, the JSON guarantee included; Result.Sampled tells which
