@@ -86,7 +86,10 @@ func (t *tally) sampledString(v int) (int, bool) {
 	if w.c.JSONString(w.buf[:n], 0) != n {
 		return 0, false // it should always read as a string
 	}
-	_, partExtra := jsonraw.SkipStringExtra(w.buf[:n], 0)
+	partExtra := 0
+	if extra != 0 { // else the windows, parts of the string, have no \u escape either
+		_, partExtra = jsonraw.SkipStringExtra(w.buf[:n], 0)
+	}
 	t.text.AddCost(int64(float64(w.c.Cost()) * float64(rest-extra) / float64(n-2-partExtra)))
 	t.sampled = true
 	return end, true
