@@ -35,11 +35,11 @@ const (
 	// (see cut).
 	cutSpace  = 128
 	cutSearch = 256
-	// sampleBuf holds the windows: each is cut past sampleWindow bytes
-	// before the next space (within cutSpace bytes), else the next lead
-	// byte or escape, a few bytes on; a sample that does not fit is read
-	// whole (TestSampledAccuracy checks that none of its documents is).
-	sampleBuf = sampleWindows*(sampleWindow+cutSpace) + 2
+	// sampleChunk is the buffer the windows are counted from, a few at a
+	// time: each is cut past sampleWindow bytes before the next space
+	// (within cutSpace bytes), else the next lead byte or escape, at most
+	// cutSearch bytes on.
+	sampleChunk = 8<<10 + sampleWindow + cutSearch + 2
 	// nearBand is how close to the threshold (a fraction of it) a sampled
 	// estimate makes EstimateNear read the body whole: several times the
 	// largest sampling error TestSampledAccuracy allows.
@@ -62,10 +62,10 @@ func (t *tally) sampledString(v int) (int, bool) {
 	if hi-lo < sampleMin {
 		return 0, false
 	}
-	// on the stack, and zeroed, only for a string read in part (~73 KB)
+	// on the stack, and zeroed, only for a string read in part (~10 KB)
 	var win tallyWindow
 	w := &win
-	n := 1
+	n := 1 // bytes in w.buf, after its opening quote
 	w.buf[0] = '"'
 	rest := hi - lo
 	step := rest / sampleWindows
@@ -82,21 +82,22 @@ func (t *tally) sampledString(v int) (int, bool) {
 			return 0, false
 		}
 		to := cut(b, min(from+sampleWindow, hi), hi)
-		if to < 0 || to <= from || n+to-from+1 > len(w.buf) {
+		if to < 0 || to <= from {
 			return 0, false
+		}
+		if n+to-from+1 > len(w.buf) { // count the full buffer
+			if !w.count(n, extra != 0) || 1+to-from+1 > len(w.buf) {
+				return 0, false
+			}
+			n = 1
 		}
 		n += copy(w.buf[n:], b[from:to])
 	}
-	w.buf[n] = '"'
-	n++
-	if w.c.JSONString(w.buf[:n], 0) != n {
-		return 0, false // it should always read as a string
+	if !w.count(n, extra != 0) {
+		return 0, false
 	}
-	partExtra := 0
-	if extra != 0 { // else the windows, parts of the string, have no \u escape either
-		_, partExtra = jsonraw.SkipStringExtra(w.buf[:n], 0)
-	}
-	t.text.AddCost(int64(float64(w.c.Cost()) * float64(rest-extra) / float64(n-2-partExtra)))
+	w.c.End(0)
+	t.text.AddCost(int64(float64(w.c.Cost()) * float64(rest-extra) / float64(w.raw-w.extra)))
 	t.sampled = true
 	return end, true
 }
@@ -132,11 +133,31 @@ func cut(b []byte, i, hi int) int {
 	return -1
 }
 
-// tallyWindow counts the windows of a long string, copied one after the
-// other between quotes, as one JSON string.
+// tallyWindow counts the windows of a long string as one text, a buffer
+// of them at a time.
 type tallyWindow struct {
-	c   textmodel.Counter
-	buf [sampleBuf]byte
+	c          textmodel.Counter
+	raw, extra int // the windows' bytes, and their \u escapes' extra bytes
+	buf        [sampleChunk]byte
+}
+
+// count scans the windows in buf[1:n] as the next part of the text (as a
+// JSON string, between quotes; the text goes on over the next buffer)
+// and empties buf, noting the windows' measure (their \u escapes' extra
+// bytes only if escapes is set: else there are none). False if the buffer
+// does not read as a JSON string (it should always).
+func (w *tallyWindow) count(n int, escapes bool) bool {
+	w.buf[n] = '"'
+	if w.c.JSONPart(w.buf[:n+1], 0) != n {
+		return false
+	}
+	w.raw += n - 1
+	if escapes {
+		_, e := jsonraw.SkipStringExtra(w.buf[:n+1], 0)
+		w.extra += e
+	}
+	w.buf[0] = '"'
+	return true
 }
 
 // EstimateNear is Estimate for a routing decision against threshold
