@@ -10,9 +10,9 @@ import (
 // requests pdroute exists for, most of the filter's time. A string of at
 // least sampleMin bytes is read in part: sampleWindows windows of about
 // sampleWindow bytes, each at a place drawn by a fixed hash within an even
-// stretch of the string, are copied one after the other into one buffer
-// and counted as one text (so that its Englishness is judged on all of
-// them, as the whole string's is on all of it). Their cost is scaled by the
+// stretch of the string, are copied one after the other into a buffer
+// and counted as one text, 8 KB at a time (so that its Englishness is
+// judged on all of them, as the whole string's is on all of it). Their cost is scaled by the
 // measure of text they stand for: the string's length with every \u escape
 // counted as the UTF-8 bytes of its character (jsonraw.SkipStringExtra),
 // which does not change when a client escapes what it sends (Python's
