@@ -108,11 +108,11 @@ func runCached(b *testing.B, name string, body []byte, path string, c *Cache) {
 }
 
 // BenchmarkEstimateNear measures EstimateNear, as the filter estimates,
-// on the string prompts of BenchmarkEstimate long enough to be read in
-// part (32k and 128k tokens), with no threshold.
+// on string prompts of 8k to 128k tokens (from 16k long enough to be read
+// in part), with no threshold.
 func BenchmarkEstimateNear(b *testing.B) {
 	for _, class := range []string{"english", "chinese", "code"} {
-		for _, tokens := range []int{32 << 10, 128 << 10} {
+		for _, tokens := range []int{8 << 10, 16 << 10, 32 << 10, 128 << 10} {
 			body := benchBody(b, class, tokens)
 			b.Run(fmt.Sprintf("%s/%dk", class, tokens>>10), func(b *testing.B) {
 				b.SetBytes(int64(len(body)))

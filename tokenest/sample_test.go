@@ -1,9 +1,7 @@
 package tokenest
 
 import (
-	"encoding/json"
 	"math"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -19,54 +17,18 @@ var textClasses = []string{"english", "code", "json", "chinese", "japanese", "ko
 	"greek", "arabic", "hebrew", "thai", "hindi"}
 
 // TestSampledAccuracy compares EstimateNear, which reads long strings in
-// part, with Estimate on long prompts of every class (13k to 128k tokens,
-// as written and \u-escaped), on documents that change language every few
-// thousand tokens, and on long chats: the difference must stay within
-// sampledMaxError. (The accuracy table's samples are all shorter than
-// sampleMin: EstimateNear reads them whole, as Estimate does.)
+// part, with Estimate on the documents of sampledBodies: prompts of every
+// class from 4k to 128k tokens (also \u-escaped), documents that change
+// language every 150 to 8 000 tokens, prose and code in turns, documents
+// whose second half is in another script (also \u-escaped) and long
+// chats. The difference must stay within sampledMaxError on each. (The
+// accuracy table's samples are all shorter than sampleMin: EstimateNear
+// reads them whole, as Estimate does.)
 func TestSampledAccuracy(t *testing.T) {
-	type body struct {
-		name, path string
-		b          []byte
-	}
-	var bodies []body
-	for _, class := range textClasses {
-		for _, tokens := range []int{13 << 10, 55 << 10, 128 << 10} {
-			b, err := benchdata.Prompt("testdata/samples", class, tokens)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bodies = append(bodies, body{class, "/v1/completions", b})
-			if tokens == 55<<10 {
-				bodies = append(bodies, body{class + "/ascii", "/v1/completions", benchdata.ASCIIOnly(b)})
-			}
-		}
-	}
-	for _, section := range []int{500, 2000, 8000} {
-		var text strings.Builder
-		for _, class := range textClasses {
-			b, err := benchdata.Prompt("testdata/samples", class, section)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var p struct{ Prompt string }
-			if err := json.Unmarshal(b, &p); err != nil {
-				t.Fatal(err)
-			}
-			text.WriteString(p.Prompt)
-		}
-		b, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": text.String()}}})
-		bodies = append(bodies, body{"mixed/" + strconv.Itoa(section), "/v1/chat/completions", b})
-	}
-	for _, tokens := range []int{55 << 10, 128 << 10} {
-		b, err := benchdata.Chat("testdata/samples", tokens)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bodies = append(bodies, body{"chat", "/v1/chat/completions", b})
-	}
-	worst := 0.0
-	for _, c := range bodies {
+	worst := map[string]float64{}
+	var groups []string
+	sampled := 0
+	for _, c := range sampledBodies(t) {
 		whole, err := Estimate(c.b, c.path, Default)
 		if err != nil {
 			t.Fatal(c.name, err)
@@ -76,16 +38,31 @@ func TestSampledAccuracy(t *testing.T) {
 			t.Fatal(c.name, err)
 		}
 		e := 100 * float64(part.Tokens-whole.Tokens) / float64(whole.Tokens)
-		worst = max(worst, math.Abs(e))
-		t.Logf("%-14s %7d bytes: whole %6d, sampled %6d (%v): %+.2f %%", c.name, len(c.b), whole.Tokens, part.Tokens, part.Sampled, e)
+		if _, ok := worst[c.group]; !ok {
+			groups = append(groups, c.group)
+		}
+		worst[c.group] = max(worst[c.group], math.Abs(e))
+		if part.Sampled {
+			sampled++
+		}
+		t.Logf("%-12s %-26s %7d bytes: whole %6d, sampled %6d (%v): %+.2f %%", c.group, c.name, len(c.b), whole.Tokens, part.Tokens, part.Sampled, e)
 		if math.Abs(e) > sampledMaxError {
-			t.Errorf("%s (%d bytes): sampled %d, whole %d: %+.2f %%, bound ±%.1f %%", c.name, len(c.b), part.Tokens, whole.Tokens, e, sampledMaxError)
+			t.Errorf("%s %s (%d bytes): sampled %d, whole %d: %+.2f %%, bound ±%.1f %%", c.group, c.name, len(c.b), part.Tokens, whole.Tokens, e, sampledMaxError)
+		}
+		if !part.Sampled && c.group != "chat" && len(c.b) >= sampleMin+1<<10 {
+			// one string nearly as long as the body: its sample did not fit
+			t.Errorf("%s %s (%d bytes): read whole", c.group, c.name, len(c.b))
 		}
 		if part.Sampled && len(c.b) < sampleMin || whole.Sampled {
 			t.Errorf("%s (%d bytes): Sampled %v, whole %v", c.name, len(c.b), part.Sampled, whole.Sampled)
 		}
 	}
-	t.Logf("largest difference %.2f %%", worst)
+	for _, g := range groups {
+		t.Logf("largest difference, %-12s %.2f %%", g, worst[g])
+	}
+	if sampled < 60 {
+		t.Errorf("%d documents read in part: the test no longer tests sampling", sampled)
+	}
 }
 
 // TestEstimateNearThreshold checks that a sampled estimate near the

@@ -190,6 +190,9 @@ func FuzzCountString(f *testing.F) {
 		if valid != (end == len(quoted)) {
 			t.Fatalf("CountString(%q) ends at %d of %d; encoding/json valid: %v", quoted, end, len(quoted), valid)
 		}
+		if _, extra := SkipStringExtra(quoted, 0); valid && len(b)-extra != decodedLength(b) {
+			t.Fatalf("SkipStringExtra(%q): %d extra bytes, want %d", quoted, extra, len(b)-decodedLength(b))
+		}
 		if valid && utf8.Valid(b) {
 			if want := utf8.RuneCountInString(s); n != want {
 				t.Fatalf("CountString(%q) = %d characters, want %d", quoted, n, want)
@@ -211,6 +214,26 @@ func FuzzCountString(f *testing.F) {
 			t.Fatalf("CountString(%q) ends at %d of %d; encoding/json valid: %v", quoted, end, len(quoted), valid)
 		}
 	})
+}
+
+// decodedLength is the length of a valid JSON string's raw bytes b with
+// each \u escape (a surrogate pair as one) written as the UTF-8 bytes of
+// its character, byte by byte: what SkipStringExtra's extra takes off.
+func decodedLength(b []byte) int {
+	n := 0
+	for i := 0; i < len(b); {
+		if b[i] != '\\' {
+			n, i = n+1, i+1
+			continue
+		}
+		if Escape(b[i+1]) != 0 {
+			n, i = n+2, i+2
+			continue
+		}
+		r, w := DecodeEscape(b[i:])
+		n, i = n+utf8.RuneLen(r), i+w
+	}
+	return n
 }
 
 // TestWordMasks checks the eight-byte helpers of CountString on every byte

@@ -2,6 +2,7 @@ package jsonraw
 
 import (
 	"math/bits"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects Valid and Skip
@@ -172,10 +173,15 @@ const (
 // of a string, little-endian) that stop a scan: a quote, a backslash or a
 // control character. Only the lowest mark is exact (a borrow can mark a
 // byte above a real stop), and only the lowest is used.
-func stops(x uint64) uint64 {
+func stops(x uint64) uint64 { return stopBits(x) & highs }
+
+// stopBits is stops before its mask of high bits, so that the stops of
+// several words are tested with one mask: the high bit of a byte of q or
+// s is that of x, so one &^x serves the three tests.
+func stopBits(x uint64) uint64 {
 	q := x ^ (ones * '"')
 	s := x ^ (ones * '\\')
-	return ((q-ones)&^q | (s-ones)&^s | (x-ones*0x20)&^x) & highs
+	return ((q - ones) | (s - ones) | (x - ones*0x20)) &^ x
 }
 
 // Stops is stops for other packages: the high bit of each byte of x
@@ -202,6 +208,18 @@ func Escape(c byte) byte { return escapes[c] }
 // escapes (code) are taken in place as CountString takes them; it reads
 // the whole of a long prompt that EstimateNear counts in part.
 func SkipString(b []byte, i int) int {
+	end, _ := SkipStringExtra(b, i)
+	return end
+}
+
+// SkipStringExtra is SkipString that also returns how many more bytes the
+// string's \u escapes take than the UTF-8 of their characters (a
+// surrogate pair's twelve against four): the string's raw length less
+// extra is its length with every \u escape written as UTF-8, a measure of
+// its text that does not depend on how a client escaped it (EstimateNear
+// extrapolates by it). The escapes leave the word loop anyway, so the
+// count costs nothing on plain text.
+func SkipStringExtra(b []byte, i int) (end, extra int) {
 	if len(b)-i > 16 {
 		// A string of up to fifteen bytes (most keys and roles): its
 		// closing quote is the first stop of the two words after the
@@ -214,53 +232,49 @@ func SkipString(b []byte, i int) int {
 		if stops(x) != 0 {
 			k := bits.TrailingZeros64(stops(x)) >> 3
 			if b[i+1+k] == '"' {
-				return i + 2 + k
+				return i + 2 + k, 0
 			}
 		}
 	}
-	var carry uint64 // the previous word ended with an escaping backslash
+	// Plain text two words at a time, then to the first stop of the
+	// word (exact: the lowest), where an escape is stepped over and the
+	// words go on after it, unaligned: no state crosses a word.
 	for i++; ; {
-		for len(b)-i >= 8 {
-			if carry == 0 && len(b)-i >= 16 && stops(Word(b, i))|stops(Word(b, i+8)) == 0 {
+		var st uint64
+		if len(b)-i >= 16 {
+			s0, s1 := stopBits(Word(b, i)), stopBits(Word(b, i+8))
+			if (s0|s1)&highs == 0 {
 				i += 16
 				continue
 			}
-			x := Word(b, i)
-			if stops(x) == 0 && carry == 0 {
+			if st = s0 & highs; st == 0 {
 				i += 8
-				continue
+				st = s1 & highs
 			}
-			e := uint64(escapeTable[bitsOf(equal(x, '\\'))|carry<<8])
-			escaped := e & 0xFF
-			if bitsOf(equal(x, '"')|below(x, 0x20))&^escaped != 0 || !twoByteEscapes(x, escaped) {
-				i -= int(carry) // byte by byte, from the escaping backslash
-				carry = 0
-				break
+			i += bits.TrailingZeros64(st) >> 3
+		} else {
+			for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+				i++
 			}
-			carry = e >> 8
-			i += 8
+			if i >= len(b) {
+				return -1, 0
+			}
 		}
-		if carry != 0 { // fewer than 8 bytes left after an escaping backslash
-			i--
-			carry = 0
-		}
-		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
-			i++
-		}
-		if i >= len(b) || b[i] < 0x20 {
-			return -1
-		}
-		if b[i] == '"' {
-			return i + 1
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, extra
+		case c < 0x20:
+			return -1, 0
 		}
 		if i+1 < len(b) && escapes[b[i+1]] != 0 {
 			i += 2
 			continue
 		}
-		_, w := DecodeEscape(b[i:])
+		r, w := DecodeEscape(b[i:])
 		if w == 0 {
-			return -1
+			return -1, 0
 		}
+		extra += w - utf8.RuneLen(r)
 		i += w
 	}
 }

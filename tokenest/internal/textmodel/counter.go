@@ -150,6 +150,13 @@ func (c *Counter) JSONString(b []byte, i int) int {
 	return end + 1
 }
 
+// JSONPart scans the JSON string that starts at b[i] (b[i] == '"') as part
+// of a text, as Part does a plain text: the text goes on over the next
+// part, and End completes it. It returns the offset of the closing quote,
+// or -1 as JSONString does. (EstimateNear counts the windows of a long
+// string as one text, a buffer of them at a time.)
+func (c *Counter) JSONPart(b []byte, i int) int { return c.scan(b, i+1, true) }
+
 // Part scans part of a plain text; call End when the text is complete. It
 // lets a caller feed a text from several places without copying.
 func (c *Counter) Part(s []byte) { c.scan(s, 0, false) }

@@ -2,7 +2,8 @@
 // whole body into the VM and, unless the plugin configuration is "read",
 // estimates its input tokens with tokenest ("default" or "chars4", or
 // "cached" and "cached-chars4": through a tokenest.Cache, as the filter
-// estimates). Its cost per request minus the "read" variant's is
+// estimates; "near": Default through EstimateNear without a threshold, as
+// the filter estimates, long strings read in part). Its cost per request minus the "read" variant's is
 // tokenest's cost inside wasm.
 package main
 
@@ -24,6 +25,7 @@ func (*vm) NewPluginContext(uint32) types.PluginContext { return &root{} }
 type root struct {
 	types.DefaultPluginContext
 	estimate bool
+	near     bool // "near"
 	method   tokenest.Method
 	cache    *tokenest.Cache // "cached"
 }
@@ -35,6 +37,9 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 	}
 	switch string(cfg) {
 	case "read":
+		return types.OnPluginStartStatusOK
+	case "near":
+		r.estimate, r.near = true, true
 		return types.OnPluginStartStatusOK
 	case "cached", "cached-chars4":
 		r.estimate, r.cache = true, tokenest.NewCache(256<<10)
@@ -67,7 +72,11 @@ func (s *stream) OnHttpRequestBody(size int, eos bool) types.Action {
 		abi.LogErrorf("estimator: %v", err)
 		return types.ActionContinue
 	}
-	if s.r.estimate {
+	if s.r.near {
+		if _, err := tokenest.EstimateNear(body, "/v1/chat/completions", tokenest.Default, 0, nil); err != nil {
+			abi.LogErrorf("estimator: %v", err)
+		}
+	} else if s.r.estimate {
 		if _, err := s.r.cache.Estimate(body, "/v1/chat/completions", s.r.method); err != nil {
 			abi.LogErrorf("estimator: %v", err)
 		}
