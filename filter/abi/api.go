@@ -350,7 +350,7 @@ func ResumeHttpRequest() error { return continueStream(abispec.StreamTypeRequest
 
 // ResumeHttpResponse continues a paused response (proxy_continue_stream(1)).
 func ResumeHttpResponse() error {
-	if s := guards.streams[guards.active]; s != nil {
+	if s := streamOf(guards.active); s != nil {
 		s.responseStarted = true
 	}
 	return continueStream(abispec.StreamTypeResponse)
@@ -390,7 +390,7 @@ func DispatchHttpCall(
 	timeoutMillisecond uint32,
 	callBack func(numHeaders, bodySize, numTrailers int),
 ) (calloutID uint32, err error) {
-	return httpCall(cluster, headers, body, trailers, timeoutMillisecond, guardCallout(guards.active, callBack))
+	return httpCall(cluster, headers, body, trailers, timeoutMillisecond, guards.active, callBack)
 }
 
 // GetHttpCallResponseHeaders returns the http-call response headers; only

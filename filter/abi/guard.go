@@ -15,18 +15,42 @@ import (
 
 // guardState is the per-VM bookkeeping of the recovery layer.
 type guardState struct {
-	// streams holds the live HTTP streams by context id: from NewHttpContext
-	// to OnHttpStreamDone (or proxy_on_delete if the host skips the log call).
-	streams map[uint32]*streamGuard
+	// streams holds the live HTTP streams: from NewHttpContext to
+	// OnHttpStreamDone (or proxy_on_delete if the host skips the log call).
+	// A slice scanned by context id rather than a map: a VM has at most a
+	// few hundred live streams, and a scan runs far less code per callback
+	// than the runtime's map functions (see streamOf).
+	streams []*streamGuard
 	// active is the context whose code runs now: set on every callback entry
 	// and by SetEffectiveContext. Http calls are attributed to it.
 	active uint32
 }
 
-var guards = newGuardState()
+var guards guardState
 
-func newGuardState() guardState {
-	return guardState{streams: map[uint32]*streamGuard{}}
+// streamOf returns the live stream with context id, or nil. Streams are
+// scanned from the newest, the ones whose callbacks come most often.
+func streamOf(id uint32) *streamGuard {
+	for i := len(guards.streams) - 1; i >= 0; i-- {
+		if s := guards.streams[i]; s.id == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// forgetStream removes stream id from the live streams, if there.
+func forgetStream(id uint32) {
+	ss := guards.streams
+	for i := len(ss) - 1; i >= 0; i-- {
+		if ss[i].id == id {
+			last := len(ss) - 1
+			ss[i] = ss[last]
+			ss[last] = nil
+			guards.streams = ss[:last]
+			return
+		}
+	}
 }
 
 // Guard wraps vm so that every callback of it, of the plugin contexts it
@@ -46,7 +70,8 @@ func newGuardState() guardState {
 // Guard(vm) to proxytest's WithVMContext so they exercise the same recovery.
 // Guard starts a fresh per-VM state: call it once per VM (or per emulator).
 func Guard(vm types.VMContext) types.VMContext {
-	guards = newGuardState()
+	clear(guards.streams)
+	guards = guardState{streams: guards.streams[:0]}
 	return &vmGuard{user: vm}
 }
 
@@ -165,7 +190,8 @@ func (p *pluginGuard) NewHttpContext(contextID uint32) types.HttpContext {
 		return nil
 	}
 	s := &streamGuard{id: contextID, user: user}
-	guards.streams[contextID] = s
+	forgetStream(contextID) // a reused id whose stream the host never ended
+	guards.streams = append(guards.streams, s)
 	return s
 }
 
@@ -205,10 +231,59 @@ type streamGuard struct {
 	responseStarted bool
 }
 
-// catch is deferred by every stream callback that returns an action.
-func (s *streamGuard) catch(callback string, action *types.Action) {
+// streamCallback names a stream callback that returns an action.
+type streamCallback uint8
+
+const (
+	onRequestHeaders streamCallback = iota
+	onRequestBody
+	onRequestTrailers
+	onResponseHeaders
+	onResponseBody
+	onResponseTrailers
+)
+
+var streamCallbackNames = [...]string{
+	onRequestHeaders:   "OnHttpRequestHeaders",
+	onRequestBody:      "OnHttpRequestBody",
+	onRequestTrailers:  "OnHttpRequestTrailers",
+	onResponseHeaders:  "OnHttpResponseHeaders",
+	onResponseBody:     "OnHttpResponseBody",
+	onResponseTrailers: "OnHttpResponseTrailers",
+}
+
+// run is every stream callback that returns an action, with one recovery:
+// one shared path rather than one wrapper per callback, so a request runs
+// the same few functions whichever callbacks it gets.
+func (s *streamGuard) run(cb streamCallback, n int, endOfStream bool) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
+	}
+	guards.active = s.id
+	defer s.catch(cb, &action)
+	switch cb {
+	case onRequestHeaders:
+		return s.user.OnHttpRequestHeaders(n, endOfStream)
+	case onRequestBody:
+		return s.user.OnHttpRequestBody(n, endOfStream)
+	case onRequestTrailers:
+		return s.user.OnHttpRequestTrailers(n)
+	case onResponseHeaders:
+		action = s.user.OnHttpResponseHeaders(n, endOfStream)
+		if action == types.ActionContinue {
+			s.responseStarted = true
+		}
+		return action
+	case onResponseBody:
+		return s.user.OnHttpResponseBody(n, endOfStream)
+	}
+	return s.user.OnHttpResponseTrailers(n)
+}
+
+// catch is deferred by run.
+func (s *streamGuard) catch(cb streamCallback, action *types.Action) {
 	if r := recover(); r != nil {
-		*action = s.fail(callback, r)
+		*action = s.fail(streamCallbackNames[cb], r)
 	}
 }
 
@@ -234,85 +309,59 @@ func (s *streamGuard) fail(callback string, panicValue any) types.Action {
 	return types.ActionPause
 }
 
-func (s *streamGuard) OnHttpRequestHeaders(numHeaders int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpRequestHeaders", &action)
-	return s.user.OnHttpRequestHeaders(numHeaders, endOfStream)
+func (s *streamGuard) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Action {
+	return s.run(onRequestHeaders, numHeaders, endOfStream)
 }
 
-func (s *streamGuard) OnHttpRequestBody(bodySize int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpRequestBody", &action)
-	return s.user.OnHttpRequestBody(bodySize, endOfStream)
+func (s *streamGuard) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	return s.run(onRequestBody, bodySize, endOfStream)
 }
 
-func (s *streamGuard) OnHttpRequestTrailers(numTrailers int) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpRequestTrailers", &action)
-	return s.user.OnHttpRequestTrailers(numTrailers)
+func (s *streamGuard) OnHttpRequestTrailers(numTrailers int) types.Action {
+	return s.run(onRequestTrailers, numTrailers, false)
 }
 
-func (s *streamGuard) OnHttpResponseHeaders(numHeaders int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpResponseHeaders", &action)
-	action = s.user.OnHttpResponseHeaders(numHeaders, endOfStream)
-	if action == types.ActionContinue {
-		s.responseStarted = true
-	}
-	return action
+func (s *streamGuard) OnHttpResponseHeaders(numHeaders int, endOfStream bool) types.Action {
+	return s.run(onResponseHeaders, numHeaders, endOfStream)
 }
 
-func (s *streamGuard) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpResponseBody", &action)
-	return s.user.OnHttpResponseBody(bodySize, endOfStream)
+func (s *streamGuard) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	return s.run(onResponseBody, bodySize, endOfStream)
 }
 
-func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpResponseTrailers", &action)
-	return s.user.OnHttpResponseTrailers(numTrailers)
+func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) types.Action {
+	return s.run(onResponseTrailers, numTrailers, false)
 }
 
 // OnHttpStreamDone runs even for a failed stream so the plugin can release
 // what the stream holds; a panic here is only logged. The stream leaves the
 // registry: a late http-call answer for it is dropped.
 func (s *streamGuard) OnHttpStreamDone() {
-	delete(guards.streams, s.id)
+	forgetStream(s.id)
 	guards.active = s.id
 	defer catchRoot(s.id, "OnHttpStreamDone")
 	s.user.OnHttpStreamDone()
 }
 
-// guardCallout wraps an http-call callback dispatched by context caller.
+// guardCallout wraps an http-call callback dispatched by context caller
+// (for hosts that take a closure; the wasm module calls runCallout itself).
 func guardCallout(caller uint32, callBack func(numHeaders, bodySize, numTrailers int)) func(int, int, int) {
 	return func(numHeaders, bodySize, numTrailers int) {
-		s := guards.streams[caller]
-		if s != nil && s.failed {
-			return
-		}
-		guards.active = caller
-		defer catchCallout(caller, s)
-		callBack(numHeaders, bodySize, numTrailers)
+		runCallout(caller, callBack, numHeaders, bodySize, numTrailers)
 	}
+}
+
+// runCallout runs an http-call callback dispatched by context caller: not
+// at all if that stream failed, and a panic fails the stream (or is only
+// logged for a root caller).
+func runCallout(caller uint32, callBack func(numHeaders, bodySize, numTrailers int), numHeaders, bodySize, numTrailers int) {
+	s := streamOf(caller)
+	if s != nil && s.failed {
+		return
+	}
+	guards.active = caller
+	defer catchCallout(caller, s)
+	callBack(numHeaders, bodySize, numTrailers)
 }
 
 // catchCallout is deferred by http-call callbacks: a panic fails the calling

@@ -190,7 +190,8 @@ var callStatus struct {
 const CallBodyCopied = false
 
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeout uint32, callBack func(int, int, int)) (uint32, error) {
+	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
+	callBack = guardCallout(caller, callBack)
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			if numHeaders == 0 {

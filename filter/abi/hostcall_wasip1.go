@@ -370,7 +370,7 @@ func sendLocalResponse(code uint32, details string, headers [][2]string, body []
 const CallBodyCopied = true
 
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeout uint32, callBack func(int, int, int)) (uint32, error) {
+	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
 	h := outPairs(headers)
 	t := emptyPairs
 	if len(trailers) > 0 {
@@ -383,7 +383,7 @@ func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]st
 		return 0, err
 	}
 	token := hostWord
-	vm.callouts[token] = callout{caller: guards.active, callBack: callBack}
+	vm.callouts = append(vm.callouts, callout{token: token, caller: caller, callBack: callBack})
 	return token, nil
 }
 
