@@ -216,9 +216,10 @@ func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries i
 	for range casAttempts {
 		cur, cas, err := b.store.Get(key)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case err == nil:
+		case isErr(err, ErrNotFound):
 			cur, cas = nil, b.absentCAS()
-		case err != nil:
+		default:
 			mutate(nil)
 			return retries, false
 		}
@@ -230,13 +231,17 @@ func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries i
 		if err == nil {
 			return retries, true
 		}
-		if !errors.Is(err, ErrCasMismatch) {
+		if !isErr(err, ErrCasMismatch) {
 			return retries, false
 		}
 		retries++
 	}
 	return retries, false
 }
+
+// isErr is errors.Is(err, target) for a non-nil err, without its code on
+// the common path: the stores return the sentinels themselves.
+func isErr(err, target error) bool { return err == target || errors.Is(err, target) }
 
 // absentCAS returns the cas to write a key that Get reported absent. A Set on an
 // absent key succeeds whatever its cas, but fails with a mismatch if another VM

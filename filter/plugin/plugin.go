@@ -52,7 +52,7 @@ type vmContext struct {
 }
 
 func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
-	return &rootContext{id: id, vm: v, streams: map[uint32]*stream{}}
+	return &rootContext{id: id, vm: v}
 }
 
 // rootContext is one plugin configuration on one VM.
@@ -100,8 +100,9 @@ type rootContext struct {
 	// instance identifies this root across VMs (scrape lease owner).
 	instance uint64
 	m        *metrics
-	// streams are the live streams of this root, for tick-driven deadlines.
-	streams map[uint32]*stream
+	// streams are the live streams of this root, for tick-driven deadlines:
+	// a slice rather than a map, as in filter/abi (less code per request).
+	streams []*stream
 	scrape  scraper
 	kv      *kvWaiter
 	// tickPeriod is the tick the root asked for (ms).
@@ -241,8 +242,14 @@ func (r *rootContext) OnTick() {
 		r.kv.tick(now)
 	}
 	_ = r.refreshWay() // learn what another VM found
-	for _, s := range r.streams {
-		if s.awaitingBody {
+	// Backwards, as a stream may end inside a host call of the loop (forget
+	// moves the last, already visited, stream into its place); one visited
+	// twice that way decides the same again.
+	for i := len(r.streams) - 1; i >= 0; i-- {
+		if i >= len(r.streams) {
+			continue
+		}
+		if s := r.streams[i]; s.awaitingBody {
 			r.asStream(s, func() { s.checkBodyWait(now) })
 		}
 	}
@@ -256,8 +263,21 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 		r.disc.refresh(r)
 	}
 	s := &stream{r: r, id: id}
-	r.streams[id] = s
+	r.streams = append(r.streams, s)
 	return s
+}
+
+// forget removes stream s from the live streams (OnHttpStreamDone).
+func (r *rootContext) forget(s *stream) {
+	for i, x := range r.streams {
+		if x == s {
+			last := len(r.streams) - 1
+			r.streams[i] = r.streams[last]
+			r.streams[last] = nil
+			r.streams = r.streams[:last]
+			return
+		}
+	}
 }
 
 // sharedData is lb.Store over proxy-wasm shared data, its keys under
@@ -274,7 +294,8 @@ func newSharedData(prefix string) sharedData {
 
 func (d sharedData) Get(key string) ([]byte, uint32, error) {
 	v, cas, err := abi.GetSharedDataUnder(d.prefix, key)
-	if errors.Is(err, types.ErrorStatusNotFound) {
+	// abi returns the status errors themselves: == spares errors.Is
+	if err != nil && (err == types.ErrorStatusNotFound || errors.Is(err, types.ErrorStatusNotFound)) {
 		return nil, 0, lb.ErrNotFound
 	}
 	return v, cas, err
@@ -282,7 +303,7 @@ func (d sharedData) Get(key string) ([]byte, uint32, error) {
 
 func (d sharedData) Set(key string, value []byte, cas uint32) error {
 	err := abi.SetSharedDataUnder(d.prefix, key, value, cas)
-	if errors.Is(err, types.ErrorStatusCasMismatch) {
+	if err != nil && (err == types.ErrorStatusCasMismatch || errors.Is(err, types.ErrorStatusCasMismatch)) {
 		return lb.ErrCasMismatch
 	}
 	return err

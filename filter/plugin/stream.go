@@ -597,7 +597,7 @@ func (s *stream) OnHttpStreamDone() {
 	if s.lm != nil {
 		s.lmcacheDone()
 	}
-	delete(s.r.streams, s.id)
+	s.r.forget(s)
 }
 
 // releaseAll ends both leases (idempotent).
