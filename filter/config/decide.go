@@ -59,9 +59,66 @@ func (c *Config) Match(method, path, _ string) (API, bool) {
 // request with another label is relabelled application/json, since pdroute
 // parsed its body as JSON.
 func JSONContentType(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == "" || mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+	mt, ascii := mediaType(contentType)
+	if !ascii {
+		mt, _, _ = strings.Cut(contentType, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	return mt == "" || equalFoldASCII(mt, "application/json") ||
+		len(mt) >= len("application/") && equalFoldASCII(mt[:len("application/")], "application/") &&
+			len(mt) >= len("+json") && equalFoldASCII(mt[len(mt)-len("+json"):], "+json")
+}
+
+// mediaType is the media type of an ASCII content-type, before any
+// parameter and without surrounding spaces, in its own case; ascii is false
+// (and mt meaningless) when the value holds other bytes, which the callers
+// leave to strings.TrimSpace and strings.ToLower. A header is ASCII: the
+// common case runs a loop rather than those functions.
+func mediaType(contentType string) (mt string, ascii bool) {
+	end := len(contentType)
+	for i := 0; i < len(contentType); i++ {
+		c := contentType[i]
+		if c >= 0x80 {
+			return "", false
+		}
+		if c == ';' && end == len(contentType) {
+			end = i
+		}
+	}
+	return trimSpaceASCII(contentType[:end]), true
+}
+
+// trimSpaceASCII is strings.TrimSpace for an ASCII string.
+func trimSpaceASCII(s string) string {
+	for len(s) > 0 && asciiSpace(s[0]) {
+		s = s[1:]
+	}
+	for len(s) > 0 && asciiSpace(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// equalFoldASCII reports whether ASCII s equals lower-case ASCII lower,
+// ignoring the case of s.
+func equalFoldASCII(s, lower string) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Decide routes a request from its headers and its estimated input tokens

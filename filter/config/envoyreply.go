@@ -104,8 +104,15 @@ func PlainErrorResponse(status int, contentType string) bool {
 // when it is neither JSON (JSONContentType, which counts none as JSON) nor
 // an event stream.
 func PlainContentType(contentType string) bool {
-	return !JSONContentType(contentType) &&
-		!strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream")
+	if JSONContentType(contentType) {
+		return false
+	}
+	const sse = "text/event-stream"
+	if _, ascii := mediaType(contentType); ascii {
+		t := trimSpaceASCII(contentType)
+		return len(t) < len(sse) || !equalFoldASCII(t[:len(sse)], sse)
+	}
+	return !strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), sse)
 }
 
 // DecodeErrorKind is the error a plain-text failure of the decode leg
