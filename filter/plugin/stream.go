@@ -138,7 +138,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	// Pause: with allow_on_headers_stop_iteration Envoy keeps calling
 	// OnHttpRequestBody while the headers wait (see checkBodyWait).
 	s.awaitingBody, s.pausedAt = true, time.Now()
-	s.r.m.ways[config.RouteAtBody].Increment(1)
+	s.r.m.countWay(config.RouteAtBody)
 	return types.ActionPause
 }
 
@@ -150,7 +150,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 // when the client got a 503 (no decoder).
 func (s *stream) continueAtHeaders() bool {
 	s.early = true
-	s.r.m.ways[config.RouteAtHeaders].Increment(1)
+	s.r.m.countWay(config.RouteAtHeaders)
 	s.setRequestID()
 	if !s.pickDecode(nil) {
 		return false
@@ -165,7 +165,7 @@ func (s *stream) continueAtHeaders() bool {
 // where an OpenAI server runs (/v1/models, /health, …).
 func (s *stream) passthrough() types.Action {
 	s.route = pathPassthrough
-	s.r.m.requests[pathPassthrough].Increment(1)
+	s.r.m.countRequest(pathPassthrough)
 	if !s.pickDecode(nil) {
 		return types.ActionPause
 	}
@@ -438,7 +438,7 @@ func (s *stream) toDecoder(edit connector.BodyEdit, route string) {
 		s.routeTo(s.decodeEP)
 	}
 	s.route = route
-	s.r.m.requests[route].Increment(1)
+	s.r.m.countRequest(route)
 }
 
 // editBody applies a connector edit to Envoy's request buffer and fixes
@@ -519,7 +519,7 @@ func (s *stream) reply(status int, headers [][2]string, body []byte) {
 	if s.route == "" {
 		// every request lands in one requests.* counter
 		s.route = pathError
-		s.r.m.requests[pathError].Increment(1)
+		s.r.m.countRequest(pathError)
 	}
 	s.localReply = true
 	s.r.m.localReply(status)
