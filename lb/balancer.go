@@ -213,8 +213,14 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 // returns the mismatches met and whether the last mutate's result was committed
 // (written, or nothing to write).
 func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries int, committed bool) {
-	for range casAttempts {
-		cur, cas, err := b.store.Get(key)
+	cur, cas, err := b.store.Get(key)
+	return b.updateFrom(key, cur, cas, err, mutate)
+}
+
+// updateFrom is update starting from a read of key the caller made (cur, cas,
+// err of store.Get), so a caller that looks at the value first reads it once.
+func (b *Balancer) updateFrom(key string, cur []byte, cas uint32, err error, mutate func(cur []byte) []byte) (retries int, committed bool) {
+	for {
 		switch {
 		case err == nil:
 		case isErr(err, ErrNotFound):
@@ -234,9 +240,11 @@ func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries i
 		if !isErr(err, ErrCasMismatch) {
 			return retries, false
 		}
-		retries++
+		if retries++; retries == casAttempts {
+			return retries, false
+		}
+		cur, cas, err = b.store.Get(key)
 	}
-	return retries, false
 }
 
 // isErr is errors.Is(err, target) for a non-nil err, without its code on

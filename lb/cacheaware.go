@@ -13,12 +13,15 @@ import (
 func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
 	// cached is per slot, free slots of a discovered pool included
 	view := len(cached) == b.n() && total > 0 && b.cfg.Strategy == CacheAware
+	b.cached = nil
 	if view {
 		b.cached, b.cachedTotal = cached, total
 		b.decayPending(now)
 	}
-	defer func() { b.cached = nil }()
+	// Reset after the pick without a deferred closure (code per request);
+	// a panic in Pick leaves it for the next PickCached to overwrite.
 	l, err := b.Pick(now, prefixKey)
+	b.cached = nil
 	if view && err == nil {
 		// After the pick, not in the strategy: a contended in-flight update
 		// runs the strategy again, and the work is sent once.
