@@ -282,7 +282,8 @@ func (b *Balancer) read(key string) []byte {
 // rotate advances the shared rotation and returns the usable endpoint it names.
 func (b *Balancer) rotate(l *Lease) int {
 	var c uint64
-	r, ok := b.update(b.keys.rotation, func(cur []byte) []byte {
+	cur, cas, err := b.store.Get(b.keys.rotation)
+	r, ok := b.updateFrom(b.keys.rotation, cur, cas, err, func(cur []byte) []byte {
 		c, _ = parseRotation(cur) // absent or garbage: start at 0
 		b.buf = appendRotation(b.buf[:0], c+1)
 		return b.buf

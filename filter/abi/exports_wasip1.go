@@ -95,7 +95,7 @@ func proxyOnMemoryAllocate(size uint32) *byte {
 }
 
 // into is where the next host call that returns data writes it when
-// armed (callInto): the caller's buffer dst if the data fits its room,
+// armed (arm): the caller's buffer dst if the data fits its room,
 // else a fresh allocation, as without it. One host call returns data at a
 // time, and the allocator runs only inside it, so one target suffices.
 var into struct {
@@ -103,7 +103,7 @@ var into struct {
 	armed, handed, adopt bool
 }
 
-// scratch is the buffer transient reads (callScratch) land in: one per VM,
+// scratch is the buffer transient reads (armScratch) land in: one per VM,
 // kept between callbacks, overwritten by the next transient read. Its data
 // is only ever handed to code that uses it before returning (the header
 // visitors), so no reference outlives it; busy marks such a use, during

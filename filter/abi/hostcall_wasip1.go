@@ -162,12 +162,23 @@ var (
 	hostWord64 uint64
 )
 
-// callReturning runs a host call that writes hostReturn and claims the data.
-// An OK status with no data is (nil, nil).
-func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
+// A host call that returns data writes its (pointer, length) words into
+// hostReturn: the call site passes ret()'s pointers to the import and hands
+// its status to returned (or returnedData). Straight calls rather than
+// helpers taking a closure: a closure is one more distinct function per
+// kind of read, and these run several times per request.
+
+// ret resets hostReturn and returns the pointers of its words.
+func ret() (ptr, size *uint32) {
 	hostReturn.ptr, hostReturn.size = 0, 0
-	if err := toError(call(&hostReturn.ptr, &hostReturn.size)); err != nil {
-		return nil, err
+	return &hostReturn.ptr, &hostReturn.size
+}
+
+// returned claims the data of the host call that wrote hostReturn and
+// returned status. An OK status with no data is (nil, nil).
+func returned(status uint32) ([]byte, error) {
+	if status != uint32(abispec.StatusOK) {
+		return nil, toError(status)
 	}
 	if hostReturn.ptr == 0 {
 		return nil, nil
@@ -175,37 +186,62 @@ func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
 	return claim(hostReturn.ptr, hostReturn.size)
 }
 
-// callInto is callReturning writing the data into dst's room when it fits
-// (the result then aliases dst), else into a fresh allocation whose room
-// the caller may keep (adopt) for the next read.
-func callInto(dst []byte, adopt bool, call func(ptr, size *uint32) uint32) ([]byte, error) {
+// returnedData is returned where no data means NotFound, as the SDK
+// reports empty buffers and maps.
+func returnedData(status uint32) ([]byte, error) {
+	b, err := returned(status)
+	if err == nil && b == nil {
+		return nil, types.ErrorStatusNotFound
+	}
+	return b, err
+}
+
+// arm makes the next host call that returns data write it into dst's room
+// when it fits (the result then aliases dst), else into a fresh allocation
+// whose room the caller may keep (adopt) for the next read. The call's
+// status goes to returnedInto.
+func arm(dst []byte, adopt bool) {
 	into.dst, into.armed, into.adopt = dst[:cap(dst)], true, adopt
-	b, err := callReturning(call)
+}
+
+// returnedInto is returned for a call made after arm.
+func returnedInto(status uint32) ([]byte, error) {
+	b, err := returned(status)
 	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
 	return b, err
 }
 
-// callScratch is callReturning for data the caller reads only before its
-// next host call that returns data, never keeping a reference to it: the
-// host writes it into the VM's scratch buffer rather than a fresh
-// allocation (unless the buffer is busy or the data larger than
-// maxScratch). An OK status with no data is (nil, nil).
-func callScratch(call func(ptr, size *uint32) uint32) ([]byte, error) {
+// armScratch is arm for data the caller reads only before its next host
+// call that returns data, never keeping a reference to it: the host writes
+// it into the VM's scratch buffer rather than a fresh allocation (unless
+// the buffer is busy or the data larger than maxScratch). It reports
+// whether it armed, for returnedScratch.
+func armScratch() bool {
 	if scratch.busy {
-		return callReturning(call)
+		return false
 	}
-	b, err := callInto(scratch.buf, true, call)
+	arm(scratch.buf, true)
+	return true
+}
+
+// returnedScratch is returned for a call made after armScratch. An OK
+// status with no data is (nil, nil).
+func returnedScratch(armed bool, status uint32) ([]byte, error) {
+	if !armed {
+		return returned(status)
+	}
+	b, err := returnedInto(status)
 	if cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
 		scratch.buf = b[:0]
 	}
 	return b, err
 }
 
-// visitPairs calls fn with each pair of a host-returned pairs serialization
-// read by a transient read (callScratch): key and value are valid only
-// while fn runs. No data is types.ErrorStatusNotFound, as for getMap.
-func visitPairs(read func(ptr, size *uint32) uint32, fn func(key, value []byte)) error {
-	b, err := callScratch(read)
+// visitScratch calls fn with each pair of a pairs serialization read after
+// armScratch (status is the read's): key and value are valid only while fn
+// runs. No data is types.ErrorStatusNotFound, as for getMap.
+func visitScratch(armed bool, status uint32, fn func(key, value []byte)) error {
+	b, err := returnedScratch(armed, status)
 	if err == nil && b == nil {
 		return types.ErrorStatusNotFound
 	}
@@ -219,16 +255,6 @@ func visitPairs(read func(ptr, size *uint32) uint32, fn func(key, value []byte))
 	err = abispec.EachPair(b, fn)
 	scratch.busy = busy
 	return err
-}
-
-// callReturningData is callReturning where no data means NotFound, as the
-// SDK reports empty buffers and maps.
-func callReturningData(call func(ptr, size *uint32) uint32) ([]byte, error) {
-	b, err := callReturning(call)
-	if err == nil && b == nil {
-		return nil, types.ErrorStatusNotFound
-	}
-	return b, err
 }
 
 func logMessage(level abispec.LogLevel, msg string) {
@@ -246,9 +272,8 @@ func propertyPath(path []string) string { return strings.Join(path, "\x00") }
 
 func getProperty(path []string) ([]byte, error) {
 	p := propertyPath(path)
-	return callReturning(func(ptr, size *uint32) uint32 {
-		return proxyGetProperty(stringPtr(p), uint32(len(p)), ptr, size)
-	})
+	ptr, size := ret()
+	return returned(proxyGetProperty(stringPtr(p), uint32(len(p)), ptr, size))
 }
 
 func setProperty(path []string, value []byte) error {
@@ -257,16 +282,15 @@ func setProperty(path []string, value []byte) error {
 }
 
 func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
-	return callReturningData(func(ptr, size *uint32) uint32 {
-		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
-	})
+	ptr, size := ret()
+	return returnedData(proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size))
 }
 
-// getBufferInto is getBuffer into dst's room (callInto).
+// getBufferInto is getBuffer into dst's room (arm).
 func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
-	b, err := callInto(dst, true, func(ptr, size *uint32) uint32 {
-		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
-	})
+	arm(dst, true)
+	ptr, size := ret()
+	b, err := returnedInto(proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size))
 	if err == nil && b == nil {
 		return nil, types.ErrorStatusNotFound
 	}
@@ -293,9 +317,8 @@ func drainPrepend(t abispec.BufferType, drain int, data []byte) error {
 }
 
 func getMap(t abispec.MapType) ([][2]string, error) {
-	b, err := callReturningData(func(ptr, size *uint32) uint32 {
-		return proxyGetHeaderMapPairs(uint32(t), ptr, size)
-	})
+	ptr, size := ret()
+	b, err := returnedData(proxyGetHeaderMapPairs(uint32(t), ptr, size))
 	if err != nil {
 		return nil, err
 	}
@@ -328,16 +351,16 @@ func setMap(t abispec.MapType, pairs [][2]string) error {
 }
 
 func visitMap(t abispec.MapType, fn func(key, value []byte)) error {
-	return visitPairs(func(ptr, size *uint32) uint32 {
-		return proxyGetHeaderMapPairs(uint32(t), ptr, size)
-	}, fn)
+	armed := armScratch()
+	ptr, size := ret()
+	return visitScratch(armed, proxyGetHeaderMapPairs(uint32(t), ptr, size), fn)
 }
 
 // getMapValue reads the value into scratch memory: the string is its copy.
 func getMapValue(t abispec.MapType, key string) (string, error) {
-	b, err := callScratch(func(ptr, size *uint32) uint32 {
-		return proxyGetHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)), ptr, size)
-	})
+	armed := armScratch()
+	ptr, size := ret()
+	b, err := returnedScratch(armed, proxyGetHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)), ptr, size))
 	return string(b), err
 }
 
@@ -389,17 +412,16 @@ func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]st
 
 func getStatus() (uint32, string, error) {
 	hostWord = 0
-	msg, err := callScratch(func(ptr, size *uint32) uint32 {
-		return proxyGetStatus(&hostWord, ptr, size)
-	})
+	armed := armScratch()
+	ptr, size := ret()
+	msg, err := returnedScratch(armed, proxyGetStatus(&hostWord, ptr, size))
 	return hostWord, string(msg), err
 }
 
 func getSharedData(key string) ([]byte, uint32, error) {
 	hostWord = 0
-	value, err := callReturning(func(ptr, size *uint32) uint32 {
-		return proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord)
-	})
+	ptr, size := ret()
+	value, err := returned(proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -438,9 +460,8 @@ func enqueueSharedQueue(id uint32, data []byte) error {
 }
 
 func dequeueSharedQueue(id uint32) ([]byte, error) {
-	return callReturning(func(ptr, size *uint32) uint32 {
-		return proxyDequeueSharedQueue(id, ptr, size)
-	})
+	ptr, size := ret()
+	return returned(proxyDequeueSharedQueue(id, ptr, size))
 }
 
 func setTickPeriod(ms uint32) error { return toError(proxySetTickPeriodMilliseconds(ms)) }

@@ -285,14 +285,16 @@ func (r *rootContext) forget(s *stream) {
 // prefix), the keys joined by abi rather than concatenated on every access.
 type sharedData struct{ prefix string }
 
-func newSharedData(prefix string) sharedData {
+// newSharedData returns a pointer: the methods of a value type in an
+// interface run through a generated wrapper, one more function per access.
+func newSharedData(prefix string) *sharedData {
 	if prefix == "" {
-		return sharedData{}
+		return &sharedData{}
 	}
-	return sharedData{prefix: prefix + "/"}
+	return &sharedData{prefix: prefix + "/"}
 }
 
-func (d sharedData) Get(key string) ([]byte, uint32, error) {
+func (d *sharedData) Get(key string) ([]byte, uint32, error) {
 	v, cas, err := abi.GetSharedDataUnder(d.prefix, key)
 	// abi returns the status errors themselves: == spares errors.Is
 	if err != nil && (err == types.ErrorStatusNotFound || errors.Is(err, types.ErrorStatusNotFound)) {
@@ -301,7 +303,7 @@ func (d sharedData) Get(key string) ([]byte, uint32, error) {
 	return v, cas, err
 }
 
-func (d sharedData) Set(key string, value []byte, cas uint32) error {
+func (d *sharedData) Set(key string, value []byte, cas uint32) error {
 	err := abi.SetSharedDataUnder(d.prefix, key, value, cas)
 	if err != nil && (err == types.ErrorStatusCasMismatch || errors.Is(err, types.ErrorStatusCasMismatch)) {
 		return lb.ErrCasMismatch

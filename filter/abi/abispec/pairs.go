@@ -99,29 +99,42 @@ func checkPairs(b []byte) (int, error) {
 		return 0, nil
 	}
 	if len(b) < 4 {
-		return 0, fmt.Errorf("%w: %d bytes, want at least 4", ErrMalformedPairs, len(b))
+		return 0, malformed("%d bytes, want at least 4", len(b))
 	}
 	count := uint64(binary.LittleEndian.Uint32(b))
 	// Each pair needs 8 size bytes and 2 NULs: bound count before allocating.
 	if count > uint64(len(b)-4)/10 {
-		return 0, fmt.Errorf("%w: count %d does not fit in %d bytes", ErrMalformedPairs, count, len(b))
+		return 0, malformed("count %d does not fit in %d bytes", int(count), len(b))
 	}
 	data := 4 + 8*int(count)
 	for i := range int(count) {
 		for j := range 2 {
 			n := uint64(binary.LittleEndian.Uint32(b[4+8*i+4*j:]))
 			if n >= uint64(len(b)-data) {
-				return 0, fmt.Errorf("%w: pair %d overruns the buffer", ErrMalformedPairs, i)
+				return 0, malformed("pair %d overruns the buffer", i)
 			}
 			end := data + int(n)
 			if b[end] != 0 {
-				return 0, fmt.Errorf("%w: pair %d is not NUL-terminated", ErrMalformedPairs, i)
+				return 0, malformed("pair %d is not NUL-terminated", i)
 			}
 			data = end + 1
 		}
 	}
 	if data != len(b) {
-		return 0, fmt.Errorf("%w: %d trailing bytes", ErrMalformedPairs, len(b)-data)
+		return 0, malformed("%d trailing bytes", len(b)-data)
 	}
 	return int(count), nil
+}
+
+// malformed is checkPairs's error, built out of line: fmt's boxing of the
+// arguments at every return would otherwise sit in the function every
+// header read runs.
+//
+//go:noinline
+func malformed(format string, args ...int) error {
+	a := []any{ErrMalformedPairs}
+	for _, x := range args {
+		a = append(a, x)
+	}
+	return fmt.Errorf("%w: "+format, a...)
 }
