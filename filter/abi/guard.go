@@ -260,7 +260,13 @@ func (s *streamGuard) run(cb streamCallback, n int, endOfStream bool) (action ty
 		return types.ActionContinue
 	}
 	guards.active = s.id
-	defer s.catch(cb, &action)
+	// A closure literal, not defer s.catch(…): that would run a generated
+	// wrapper and catch, two functions per callback instead of one.
+	defer func() {
+		if r := recover(); r != nil {
+			action = s.fail(streamCallbackNames[cb], r)
+		}
+	}()
 	switch cb {
 	case onRequestHeaders:
 		return s.user.OnHttpRequestHeaders(n, endOfStream)
@@ -278,13 +284,6 @@ func (s *streamGuard) run(cb streamCallback, n int, endOfStream bool) (action ty
 		return s.user.OnHttpResponseBody(n, endOfStream)
 	}
 	return s.user.OnHttpResponseTrailers(n)
-}
-
-// catch is deferred by run.
-func (s *streamGuard) catch(cb streamCallback, action *types.Action) {
-	if r := recover(); r != nil {
-		*action = s.fail(streamCallbackNames[cb], r)
-	}
 }
 
 // fail records a panic of the stream's user code and ends the stream for the
@@ -339,7 +338,11 @@ func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) types.Action {
 func (s *streamGuard) OnHttpStreamDone() {
 	forgetStream(s.id)
 	guards.active = s.id
-	defer catchRoot(s.id, "OnHttpStreamDone")
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(s.id, "OnHttpStreamDone", r)
+		}
+	}()
 	s.user.OnHttpStreamDone()
 }
 
@@ -360,18 +363,14 @@ func runCallout(caller uint32, callBack func(numHeaders, bodySize, numTrailers i
 		return
 	}
 	guards.active = caller
-	defer catchCallout(caller, s)
-	callBack(numHeaders, bodySize, numTrailers)
-}
-
-// catchCallout is deferred by http-call callbacks: a panic fails the calling
-// stream, or is only logged for a root caller.
-func catchCallout(caller uint32, s *streamGuard) {
-	if r := recover(); r != nil {
-		if s != nil {
-			s.fail("http call callback", r)
-			return
+	defer func() {
+		if r := recover(); r != nil {
+			if s != nil {
+				s.fail("http call callback", r)
+				return
+			}
+			logPanic(caller, "http call callback", r)
 		}
-		logPanic(caller, "http call callback", r)
-	}
+	}()
+	callBack(numHeaders, bodySize, numTrailers)
 }

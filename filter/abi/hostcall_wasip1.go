@@ -418,7 +418,9 @@ func getStatus() (uint32, string, error) {
 	return hostWord, string(msg), err
 }
 
-func getSharedData(key string) ([]byte, uint32, error) {
+// getSharedData reads prefix + key (joinKey).
+func getSharedData(prefix, key string) ([]byte, uint32, error) {
+	key = joinKey(prefix, key)
 	hostWord = 0
 	ptr, size := ret()
 	value, err := returned(proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord))
@@ -435,11 +437,16 @@ var keyBuf []byte
 // host reads a key during the call and keeps a copy of it (Envoy's shared
 // data stores std::string keys), so nothing holds it afterwards.
 func joinKey(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
 	keyBuf = append(append(keyBuf[:0], prefix...), key...)
 	return unsafe.String(unsafe.SliceData(keyBuf), len(keyBuf))
 }
 
-func setSharedData(key string, data []byte, cas uint32) error {
+// setSharedData writes prefix + key (joinKey).
+func setSharedData(prefix, key string, data []byte, cas uint32) error {
+	key = joinKey(prefix, key)
 	return toError(proxySetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(data), uint32(len(data)), cas))
 }
 

@@ -77,11 +77,36 @@ func ParsePairs(b []byte) ([][2]string, error) {
 // malformed b is an error and fn never runs). key and value are sub-slices
 // of b: nothing is copied or allocated.
 func EachPair(b []byte, fn func(key, value []byte)) error {
-	count, err := checkPairs(b)
-	if err != nil {
+	// checkPairs's test, here again so that a header read runs one function
+	// of this package: the well-formed input is checked in this loop, any
+	// other is left to checkPairs for its error.
+	if len(b) == 0 || (len(b) == 1 && b[0] == 0) {
+		return nil
+	}
+	if len(b) < 4 {
+		_, err := checkPairs(b)
 		return err
 	}
+	c := uint64(binary.LittleEndian.Uint32(b))
+	if c > uint64(len(b)-4)/10 {
+		_, err := checkPairs(b)
+		return err
+	}
+	count := int(c)
 	data := 4 + 8*count
+	for i := range 2 * count {
+		n := uint64(binary.LittleEndian.Uint32(b[4+4*i:]))
+		if n >= uint64(len(b)-data) || b[data+int(n)] != 0 {
+			_, err := checkPairs(b)
+			return err
+		}
+		data += int(n) + 1
+	}
+	if data != len(b) {
+		_, err := checkPairs(b)
+		return err
+	}
+	data = 4 + 8*count
 	for i := range count {
 		k := int(binary.LittleEndian.Uint32(b[4+8*i:]))
 		v := int(binary.LittleEndian.Uint32(b[8+8*i:]))
