@@ -183,30 +183,30 @@ func (p *pluginGuard) OnTick() {
 // NewTcpContext returns nil: pdroute is an HTTP filter only.
 func (p *pluginGuard) NewTcpContext(uint32) types.TcpContext { return nil }
 
-func (p *pluginGuard) NewHttpContext(contextID uint32) types.HttpContext {
+// NewHttpContext calls the user's factory. A plugin that does not handle
+// HTTP returns nil. If the factory panics the stream gets a context that
+// fails it at its first callback, so the client sees the 500.
+func (p *pluginGuard) NewHttpContext(contextID uint32) (h types.HttpContext) {
 	guards.active = contextID
-	user, ok := newHttpContext(p.user, contextID)
-	if !ok {
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(contextID, "NewHttpContext", r)
+			h = newStreamGuard(contextID, &failedStream{panicValue: r})
+		}
+	}()
+	user := p.user.NewHttpContext(contextID)
+	if user == nil {
 		return nil
 	}
+	return newStreamGuard(contextID, user)
+}
+
+// newStreamGuard registers the guard of a new stream.
+func newStreamGuard(contextID uint32, user types.HttpContext) *streamGuard {
 	s := &streamGuard{id: contextID, user: user}
 	forgetStream(contextID) // a reused id whose stream the host never ended
 	guards.streams = append(guards.streams, s)
 	return s
-}
-
-// newHttpContext calls the user's factory. ok is false if the plugin does
-// not handle HTTP. If the factory panics the stream gets a context that
-// fails it at its first callback, so the client sees the 500.
-func newHttpContext(p types.PluginContext, contextID uint32) (h types.HttpContext, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			logPanic(contextID, "NewHttpContext", r)
-			h, ok = &failedStream{panicValue: r}, true
-		}
-	}()
-	h = p.NewHttpContext(contextID)
-	return h, h != nil
 }
 
 // failedStream stands for an HTTP context whose creation panicked: it
