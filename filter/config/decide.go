@@ -59,8 +59,29 @@ func (c *Config) Match(method, path, _ string) (API, bool) {
 // request with another label is relabelled application/json, since pdroute
 // parsed its body as JSON.
 func JSONContentType(contentType string) bool {
-	mt, ascii := mediaType(contentType)
-	if !ascii {
+	// A header is ASCII: its media type (before any parameter, without
+	// surrounding spaces) is found by one loop here, in the function, rather
+	// than by strings.Cut, TrimSpace and ToLower; other bytes go to those.
+	ascii, end := true, len(contentType)
+	for i := 0; i < len(contentType); i++ {
+		if c := contentType[i]; c >= 0x80 {
+			ascii = false
+			break
+		} else if c == ';' && end == len(contentType) {
+			end = i
+		}
+	}
+	var mt string
+	if ascii {
+		start := 0
+		for start < end && asciiSpace(contentType[start]) {
+			start++
+		}
+		for end > start && asciiSpace(contentType[end-1]) {
+			end--
+		}
+		mt = contentType[start:end]
+	} else {
 		mt, _, _ = strings.Cut(contentType, ";")
 		mt = strings.ToLower(strings.TrimSpace(mt))
 	}
@@ -69,36 +90,7 @@ func JSONContentType(contentType string) bool {
 			len(mt) >= len("+json") && equalFoldASCII(mt[len(mt)-len("+json"):], "+json")
 }
 
-// mediaType is the media type of an ASCII content-type, before any
-// parameter and without surrounding spaces, in its own case; ascii is false
-// (and mt meaningless) when the value holds other bytes, which the callers
-// leave to strings.TrimSpace and strings.ToLower. A header is ASCII: the
-// common case runs a loop rather than those functions.
-func mediaType(contentType string) (mt string, ascii bool) {
-	end := len(contentType)
-	for i := 0; i < len(contentType); i++ {
-		c := contentType[i]
-		if c >= 0x80 {
-			return "", false
-		}
-		if c == ';' && end == len(contentType) {
-			end = i
-		}
-	}
-	return trimSpaceASCII(contentType[:end]), true
-}
-
-// trimSpaceASCII is strings.TrimSpace for an ASCII string.
-func trimSpaceASCII(s string) string {
-	for len(s) > 0 && asciiSpace(s[0]) {
-		s = s[1:]
-	}
-	for len(s) > 0 && asciiSpace(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
+// asciiSpace is unicode.IsSpace for an ASCII byte.
 func asciiSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }

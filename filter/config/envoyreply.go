@@ -107,12 +107,19 @@ func PlainContentType(contentType string) bool {
 	if JSONContentType(contentType) {
 		return false
 	}
+	// strings.HasPrefix(strings.ToLower(strings.TrimSpace(…)), sse) for an
+	// ASCII value (trailing spaces cannot change the answer)
 	const sse = "text/event-stream"
-	if _, ascii := mediaType(contentType); ascii {
-		t := trimSpaceASCII(contentType)
-		return len(t) < len(sse) || !equalFoldASCII(t[:len(sse)], sse)
+	for i := 0; i < len(contentType); i++ {
+		if contentType[i] >= 0x80 {
+			return !strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), sse)
+		}
 	}
-	return !strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), sse)
+	t := contentType
+	for len(t) > 0 && asciiSpace(t[0]) {
+		t = t[1:]
+	}
+	return len(t) < len(sse) || !equalFoldASCII(t[:len(sse)], sse)
 }
 
 // DecodeErrorKind is the error a plain-text failure of the decode leg
