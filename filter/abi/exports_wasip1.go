@@ -12,7 +12,7 @@ import (
 
 // The module's callbacks (//go:wasmexport), with the exact signatures of
 // abispec.Callbacks: uint32 and bool lower to i32. Each one first ends the
-// previous callback's allocations (see claim) and records the context that
+// previous callback's allocations (see returned) and records the context that
 // runs; user code is reached only through the Guard wrappers.
 
 // callout is an http call waiting for its answer.
@@ -118,36 +118,6 @@ var scratch struct {
 // read is a fresh allocation as before. Wasm memory never shrinks, so
 // maxScratch is what a VM keeps at most.
 const maxScratch = 16 << 10
-
-// claim returns the allocation at ptr, cut to size, and forgets it. Data
-// written into an armed target keeps the target's capacity.
-func claim(ptr, size uint32) ([]byte, error) {
-	if into.handed {
-		into.handed = false
-		if ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(into.dst)))) && uint64(size) <= uint64(cap(into.dst)) {
-			return into.dst[:size], nil
-		}
-	}
-	adopt := into.adopt
-	for i := len(allocations) - 1; i >= 0; i-- {
-		b := allocations[i]
-		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
-			continue
-		}
-		if int(size) > len(b) {
-			return nil, errForeignMemory
-		}
-		last := len(allocations) - 1
-		allocations[i] = allocations[last]
-		allocations[last] = nil
-		allocations = allocations[:last]
-		if adopt {
-			return b[:size], nil
-		}
-		return b[:size:size], nil
-	}
-	return nil, errForeignMemory
-}
 
 // enter starts a callback: unclaimed allocations of earlier callbacks are
 // released and contextID becomes the active context.

@@ -175,15 +175,41 @@ func ret() (ptr, size *uint32) {
 }
 
 // returned claims the data of the host call that wrote hostReturn and
-// returned status. An OK status with no data is (nil, nil).
+// returned status, and disarms (arm): the allocation at the returned
+// pointer, cut to its size, which the module then forgets; data written
+// into an armed target keeps the target's capacity. An OK status with no
+// data is (nil, nil). One function for every read (it was four layers).
 func returned(status uint32) ([]byte, error) {
+	dst, handed, adopt := into.dst, into.handed, into.adopt
+	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
 	if status != uint32(abispec.StatusOK) {
 		return nil, toError(status)
 	}
-	if hostReturn.ptr == 0 {
+	ptr, size := hostReturn.ptr, hostReturn.size
+	if ptr == 0 {
 		return nil, nil
 	}
-	return claim(hostReturn.ptr, hostReturn.size)
+	if handed && ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))) && uint64(size) <= uint64(cap(dst)) {
+		return dst[:size], nil
+	}
+	for i := len(allocations) - 1; i >= 0; i-- {
+		b := allocations[i]
+		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
+			continue
+		}
+		if int(size) > len(b) {
+			return nil, errForeignMemory
+		}
+		last := len(allocations) - 1
+		allocations[i] = allocations[last]
+		allocations[last] = nil
+		allocations = allocations[:last]
+		if adopt {
+			return b[:size], nil
+		}
+		return b[:size:size], nil
+	}
+	return nil, errForeignMemory
 }
 
 // returnedData is returned where no data means NotFound, as the SDK
@@ -198,17 +224,10 @@ func returnedData(status uint32) ([]byte, error) {
 
 // arm makes the next host call that returns data write it into dst's room
 // when it fits (the result then aliases dst), else into a fresh allocation
-// whose room the caller may keep (adopt) for the next read. The call's
-// status goes to returnedInto.
+// whose room the caller may keep (adopt) for the next read. returned
+// disarms.
 func arm(dst []byte, adopt bool) {
 	into.dst, into.armed, into.adopt = dst[:cap(dst)], true, adopt
-}
-
-// returnedInto is returned for a call made after arm.
-func returnedInto(status uint32) ([]byte, error) {
-	b, err := returned(status)
-	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
-	return b, err
 }
 
 // armScratch is arm for data the caller reads only before its next host
@@ -227,11 +246,8 @@ func armScratch() bool {
 // returnedScratch is returned for a call made after armScratch. An OK
 // status with no data is (nil, nil).
 func returnedScratch(armed bool, status uint32) ([]byte, error) {
-	if !armed {
-		return returned(status)
-	}
-	b, err := returnedInto(status)
-	if cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
+	b, err := returned(status)
+	if armed && cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
 		scratch.buf = b[:0]
 	}
 	return b, err
@@ -241,7 +257,10 @@ func returnedScratch(armed bool, status uint32) ([]byte, error) {
 // armScratch (status is the read's): key and value are valid only while fn
 // runs. No data is types.ErrorStatusNotFound, as for getMap.
 func visitScratch(armed bool, status uint32, fn func(key, value []byte)) error {
-	b, err := returnedScratch(armed, status)
+	b, err := returned(status) // returnedScratch written out: one layer less
+	if armed && cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
+		scratch.buf = b[:0]
+	}
 	if err == nil && b == nil {
 		return types.ErrorStatusNotFound
 	}
@@ -290,7 +309,7 @@ func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
 func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
 	arm(dst, true)
 	ptr, size := ret()
-	b, err := returnedInto(proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size))
+	b, err := returned(proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size))
 	if err == nil && b == nil {
 		return nil, types.ErrorStatusNotFound
 	}
