@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
+	"github.com/pdroute/pdroute/filter/internal/idtab"
 )
 
 // The module's callbacks (//go:wasmexport), with the exact signatures of
@@ -17,7 +18,6 @@ import (
 
 // callout is an http call waiting for its answer.
 type callout struct {
-	token    uint32
 	caller   uint32 // context that dispatched it: the effective context of the answer
 	callBack func(numHeaders, bodySize, numTrailers int)
 }
@@ -32,20 +32,20 @@ type plugin struct {
 var vm struct {
 	// root is the guarded VM context from SetVMContext; nil until then.
 	root types.VMContext
-	// plugins are the guarded root (plugin) contexts (a VM has one per
-	// plugin configuration). HTTP streams live in guards.streams.
+	// plugins are the guarded root (plugin) contexts: a VM has one per
+	// plugin configuration, a few at most, so a slice scanned by id. HTTP
+	// streams live in guards.streams.
 	plugins []plugin
-	// callouts are the pending http calls (tokens are per VM). An entry
-	// lives until the host answers or its root is deleted, exactly as long
-	// as the host keeps the call itself. Slices scanned by id, as
-	// guards.streams: few entries, and less code per callback than a map.
-	callouts []callout
+	// callouts are the pending http calls by token (tokens are per VM). An
+	// entry lives until the host answers or its root is deleted, exactly as
+	// long as the host keeps the call itself. A table, as guards.streams.
+	callouts idtab.Table[callout]
 }
 
 func setVMContext(ctx types.VMContext) {
 	vm.root = ctx
 	vm.plugins = nil
-	vm.callouts = nil
+	vm.callouts = idtab.Table[callout]{}
 }
 
 // pluginOf returns the root context id, or nil.
@@ -241,18 +241,8 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHttpCallResponse(rootContextID, token, numHeaders, bodySize, numTrailers uint32) {
 	enter(rootContextID)
-	var c callout
-	for i := range vm.callouts {
-		if vm.callouts[i].token == token {
-			c = vm.callouts[i]
-			last := len(vm.callouts) - 1
-			vm.callouts[i] = vm.callouts[last]
-			vm.callouts[last] = callout{}
-			vm.callouts = vm.callouts[:last]
-			break
-		}
-	}
-	if c.callBack == nil {
+	c, ok := vm.callouts.Delete(token)
+	if !ok {
 		return
 	}
 	if c.caller != rootContextID {
@@ -292,7 +282,7 @@ func proxyOnDone(contextID uint32) bool {
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {
 	enter(contextID)
-	forgetStream(contextID)
+	guards.streams.Delete(contextID)
 	k := -1
 	for i := range vm.plugins {
 		if vm.plugins[i].id == contextID {
@@ -303,12 +293,9 @@ func proxyOnDelete(contextID uint32) {
 		return
 	}
 	vm.plugins = append(vm.plugins[:k], vm.plugins[k+1:]...)
-	kept := vm.callouts[:0]
-	for _, c := range vm.callouts {
-		if c.caller != contextID && alive(c.caller) {
-			kept = append(kept, c)
+	vm.callouts.Each(func(token uint32, c callout) {
+		if c.caller == contextID || !alive(c.caller) {
+			vm.callouts.Delete(token)
 		}
-	}
-	clear(vm.callouts[len(kept):])
-	vm.callouts = kept
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/internal/idtab"
 )
 
 // A Go panic that escapes a wasm export is a trap, and a trap fails the whole
@@ -15,12 +17,11 @@ import (
 
 // guardState is the per-VM bookkeeping of the recovery layer.
 type guardState struct {
-	// streams holds the live HTTP streams: from NewHttpContext to
-	// OnHttpStreamDone (or proxy_on_delete if the host skips the log call).
-	// A slice scanned by context id rather than a map: a VM has at most a
-	// few hundred live streams, and a scan runs far less code per callback
-	// than the runtime's map functions (see streamOf).
-	streams []*streamGuard
+	// streams holds the live HTTP streams by context id: from
+	// NewHttpContext to OnHttpStreamDone (or proxy_on_delete if the host
+	// skips the log call). An idtab.Table rather than a map: O(1) on far
+	// less code per callback than the runtime's map functions.
+	streams idtab.Table[*streamGuard]
 	// active is the context whose code runs now: set on every callback entry
 	// and by SetEffectiveContext. Http calls are attributed to it.
 	active uint32
@@ -28,29 +29,10 @@ type guardState struct {
 
 var guards guardState
 
-// streamOf returns the live stream with context id, or nil. Streams are
-// scanned from the newest, the ones whose callbacks come most often.
+// streamOf returns the live stream with context id, or nil.
 func streamOf(id uint32) *streamGuard {
-	for i := len(guards.streams) - 1; i >= 0; i-- {
-		if s := guards.streams[i]; s.id == id {
-			return s
-		}
-	}
-	return nil
-}
-
-// forgetStream removes stream id from the live streams, if there.
-func forgetStream(id uint32) {
-	ss := guards.streams
-	for i := len(ss) - 1; i >= 0; i-- {
-		if ss[i].id == id {
-			last := len(ss) - 1
-			ss[i] = ss[last]
-			ss[last] = nil
-			guards.streams = ss[:last]
-			return
-		}
-	}
+	s, _ := guards.streams.Get(id)
+	return s
 }
 
 // Guard wraps vm so that every callback of it, of the plugin contexts it
@@ -70,8 +52,7 @@ func forgetStream(id uint32) {
 // Guard(vm) to proxytest's WithVMContext so they exercise the same recovery.
 // Guard starts a fresh per-VM state: call it once per VM (or per emulator).
 func Guard(vm types.VMContext) types.VMContext {
-	clear(guards.streams)
-	guards = guardState{streams: guards.streams[:0]}
+	guards = guardState{}
 	return &vmGuard{user: vm}
 }
 
@@ -204,8 +185,7 @@ func (p *pluginGuard) NewHttpContext(contextID uint32) (h types.HttpContext) {
 // newStreamGuard registers the guard of a new stream.
 func newStreamGuard(contextID uint32, user types.HttpContext) *streamGuard {
 	s := &streamGuard{id: contextID, user: user}
-	forgetStream(contextID) // a reused id whose stream the host never ended
-	guards.streams = append(guards.streams, s)
+	guards.streams.Put(contextID, s) // replaces a stream the host never ended
 	return s
 }
 
@@ -336,7 +316,7 @@ func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) types.Action {
 // what the stream holds; a panic here is only logged. The stream leaves the
 // registry: a late http-call answer for it is dropped.
 func (s *streamGuard) OnHttpStreamDone() {
-	forgetStream(s.id)
+	guards.streams.Delete(s.id)
 	guards.active = s.id
 	defer func() {
 		if r := recover(); r != nil {

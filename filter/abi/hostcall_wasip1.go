@@ -425,7 +425,7 @@ func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]st
 		return 0, err
 	}
 	token := hostWord
-	vm.callouts = append(vm.callouts, callout{token: token, caller: caller, callBack: callBack})
+	vm.callouts.Put(token, callout{caller: caller, callBack: callBack})
 	return token, nil
 }
 

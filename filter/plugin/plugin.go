@@ -28,6 +28,7 @@ import (
 	"github.com/pdroute/pdroute/filter/abi"
 	"github.com/pdroute/pdroute/filter/apierr"
 	"github.com/pdroute/pdroute/filter/config"
+	"github.com/pdroute/pdroute/filter/internal/idtab"
 	"github.com/pdroute/pdroute/lb"
 	"github.com/pdroute/pdroute/tokenest"
 )
@@ -100,9 +101,10 @@ type rootContext struct {
 	// instance identifies this root across VMs (scrape lease owner).
 	instance uint64
 	m        *metrics
-	// streams are the live streams of this root, for tick-driven deadlines:
-	// a slice rather than a map, as in filter/abi (less code per request).
-	streams []*stream
+	// streams are the live streams of this root by context id, for
+	// tick-driven deadlines: an idtab.Table rather than a map, as in
+	// filter/abi (less code per request).
+	streams idtab.Table[*stream]
 	scrape  scraper
 	kv      *kvWaiter
 	// tickPeriod is the tick the root asked for (ms).
@@ -242,17 +244,13 @@ func (r *rootContext) OnTick() {
 		r.kv.tick(now)
 	}
 	_ = r.refreshWay() // learn what another VM found
-	// Backwards, as a stream may end inside a host call of the loop (forget
-	// moves the last, already visited, stream into its place); one visited
-	// twice that way decides the same again.
-	for i := len(r.streams) - 1; i >= 0; i-- {
-		if i >= len(r.streams) {
-			continue
-		}
-		if s := r.streams[i]; s.awaitingBody {
+	// A stream may end inside a host call of the walk (Each allows that;
+	// one visited twice then decides the same again).
+	r.streams.Each(func(_ uint32, s *stream) {
+		if s.awaitingBody {
 			r.asStream(s, func() { s.checkBodyWait(now) })
 		}
-	}
+	})
 }
 
 func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
@@ -263,20 +261,14 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 		r.disc.refresh(r)
 	}
 	s := &stream{r: r, id: id}
-	r.streams = append(r.streams, s)
+	r.streams.Put(id, s)
 	return s
 }
 
 // forget removes stream s from the live streams (OnHttpStreamDone).
 func (r *rootContext) forget(s *stream) {
-	for i, x := range r.streams {
-		if x == s {
-			last := len(r.streams) - 1
-			r.streams[i] = r.streams[last]
-			r.streams[last] = nil
-			r.streams = r.streams[:last]
-			return
-		}
+	if x, _ := r.streams.Get(s.id); x == s {
+		r.streams.Delete(s.id)
 	}
 }
 
