@@ -145,6 +145,25 @@ func (b *Balancer) setKeys(base string) {
 // pool's strategy chooses among the usable endpoints. The only error is
 // ErrNoEndpoint; contention never fails a pick (see Lease.Unrecorded).
 func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
+	return b.PickCached(now, prefixKey, nil, 0)
+}
+
+// PickCached is [Balancer.Pick] with what the CacheAware strategy reads:
+// cached[i] is how much of the request's prompt endpoint i is known to hold
+// and total the prompt's size, in one unit (lb/prefix gives rendered bytes),
+// or cached nil when nothing is known. Other strategies ignore them: it is
+// Pick(now, prefixKey). It is the one body of both, so that a pick runs one
+// function of this layer rather than two.
+func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
+	// cached is per slot, free slots of a discovered pool included
+	view := len(cached) == b.n() && total > 0 && b.cfg.Strategy == CacheAware
+	// b.cached is reset after the pick without a deferred closure (code per
+	// request); a panic in the pick leaves it for the next pick to overwrite.
+	b.cached = nil
+	if view {
+		b.cached, b.cachedTotal = cached, total
+		b.decayPending(now)
+	}
 	var l Lease
 	if probe := b.loadHealth(now, &l); probe >= 0 {
 		l.Index, l.Decision, l.probeAt = probe, ByProbe, now.UnixNano()
@@ -152,9 +171,18 @@ func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
 			b.countInflight(&l, now, func(inflightView) int { return probe })
 		}
 	} else if len(b.usable) == 0 {
+		b.cached = nil
 		return nil, ErrNoEndpoint
+	} else if b.cfg.Strategy == RoundRobin {
+		l.Index = b.rotate(&l) // the default strategy, without choose's switch
 	} else {
 		b.choose(now, prefixKey, &l)
+	}
+	b.cached = nil
+	if view {
+		// After the pick, not in the strategy: a contended in-flight update
+		// runs the strategy again, and the work is sent once.
+		b.pending[l.Index] += float64(total-min(max(cached[l.Index], 0), total)) / pendingUnit
 	}
 	out := &Lease{}
 	*out = l
@@ -213,12 +241,19 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 // returns the mismatches met and whether the last mutate's result was committed
 // (written, or nothing to write).
 func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries int, committed bool) {
-	for range casAttempts {
-		cur, cas, err := b.store.Get(key)
+	cur, cas, err := b.store.Get(key)
+	return b.updateFrom(key, cur, cas, err, mutate)
+}
+
+// updateFrom is update starting from a read of key the caller made (cur, cas,
+// err of store.Get), so a caller that looks at the value first reads it once.
+func (b *Balancer) updateFrom(key string, cur []byte, cas uint32, err error, mutate func(cur []byte) []byte) (retries int, committed bool) {
+	for {
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case err == nil:
+		case isErr(err, ErrNotFound):
 			cur, cas = nil, b.absentCAS()
-		case err != nil:
+		default:
 			mutate(nil)
 			return retries, false
 		}
@@ -230,13 +265,19 @@ func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries i
 		if err == nil {
 			return retries, true
 		}
-		if !errors.Is(err, ErrCasMismatch) {
+		if !isErr(err, ErrCasMismatch) {
 			return retries, false
 		}
-		retries++
+		if retries++; retries == casAttempts {
+			return retries, false
+		}
+		cur, cas, err = b.store.Get(key)
 	}
-	return retries, false
 }
+
+// isErr is errors.Is(err, target) for a non-nil err, without its code on
+// the common path: the stores return the sentinels themselves.
+func isErr(err, target error) bool { return err == target || errors.Is(err, target) }
 
 // absentCAS returns the cas to write a key that Get reported absent. A Set on an
 // absent key succeeds whatever its cas, but fails with a mismatch if another VM
@@ -267,14 +308,32 @@ func (b *Balancer) read(key string) []byte {
 }
 
 // rotate advances the shared rotation and returns the usable endpoint it names.
+// It is update's loop written out, without a closure: the default strategy's
+// every pick runs it.
 func (b *Balancer) rotate(l *Lease) int {
 	var c uint64
-	r, ok := b.update(b.keys.rotation, func(cur []byte) []byte {
+	for retries := 0; ; {
+		cur, cas, err := b.store.Get(b.keys.rotation)
+		if err != nil {
+			if !isErr(err, ErrNotFound) {
+				c = 0
+				l.note(retries, false)
+				break
+			}
+			cur, cas = nil, b.absentCAS()
+		}
 		c, _ = parseRotation(cur) // absent or garbage: start at 0
 		b.buf = appendRotation(b.buf[:0], c+1)
-		return b.buf
-	})
-	l.note(r, ok)
+		err = b.store.Set(b.keys.rotation, b.buf, cas)
+		if err == nil || !isErr(err, ErrCasMismatch) {
+			l.note(retries, err == nil)
+			break
+		}
+		if retries++; retries == casAttempts {
+			l.note(retries, false)
+			break
+		}
+	}
 	return b.usable[c%uint64(len(b.usable))]
 }
 

@@ -5,28 +5,6 @@ import (
 	"time"
 )
 
-// PickCached is [Balancer.Pick] with what the CacheAware strategy reads:
-// cached[i] is how much of the request's prompt endpoint i is known to hold
-// and total the prompt's size, in one unit (lb/prefix gives rendered bytes),
-// or cached nil when nothing is known. Other strategies ignore them: it is
-// Pick(now, prefixKey).
-func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
-	// cached is per slot, free slots of a discovered pool included
-	view := len(cached) == b.n() && total > 0 && b.cfg.Strategy == CacheAware
-	if view {
-		b.cached, b.cachedTotal = cached, total
-		b.decayPending(now)
-	}
-	defer func() { b.cached = nil }()
-	l, err := b.Pick(now, prefixKey)
-	if view && err == nil {
-		// After the pick, not in the strategy: a contended in-flight update
-		// runs the strategy again, and the work is sent once.
-		b.pending[l.Index] += float64(total-min(max(cached[l.Index], 0), total)) / pendingUnit
-	}
-	return l, err
-}
-
 // Pending prefill work: per endpoint, the prompt this VM sent there that the
 // endpoint did not hold, in in-flight equivalents (one per pendingUnit of
 // the prompt's unit: rendered bytes from lb/prefix, about 256 tokens),

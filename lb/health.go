@@ -71,6 +71,19 @@ func (b *Balancer) decodeHealth(cur []byte) bool {
 	return parseHealth(cur, b.health) && len(cur) > healthHeader
 }
 
+// noHealth reports whether a read of the health key (cur, err of store.Get)
+// holds no entry: the key was never written, or, for a fixed pool, its value
+// has none. Every endpoint is then healthy with no failure counted, as
+// decodeHealth would find, and the common pick and report need not decode it
+// (every reader of b.health decodes first). A dynamic pool's value may also
+// announce more slots (decodeHealth grows the pool): it is always decoded.
+func (b *Balancer) noHealth(cur []byte, err error) bool {
+	if err != nil {
+		return err == ErrNotFound
+	}
+	return !b.dynamic && len(cur) <= healthHeader
+}
+
 // loadHealth sets b.usable to the endpoints usable at now and, if one is ProbeDue,
 // claims it as the probe for this pick (one claim wins across VMs: the claim is a
 // cas write). It returns the claimed endpoint or -1.
@@ -79,9 +92,14 @@ func (b *Balancer) loadHealth(now time.Time, l *Lease) int {
 		b.usable = b.all
 		return -1
 	}
+	cur, cas, err := b.store.Get(b.keys.health)
+	if b.noHealth(cur, err) {
+		b.usable = b.all // the common case: every endpoint healthy
+		return -1
+	}
 	t := now.UnixNano()
 	probe := -1
-	r, ok := b.update(b.keys.health, func(cur []byte) []byte {
+	r, ok := b.updateFrom(b.keys.health, cur, cas, err, func(cur []byte) []byte {
 		probe = -1
 		if !b.decodeHealth(cur) {
 			b.usable = b.all // the common case: every endpoint healthy
@@ -155,8 +173,12 @@ func (b *Balancer) recordOutcome(l *Lease, o Outcome, now time.Time) error {
 	if b.cfg.FailureThreshold == 0 {
 		return nil
 	}
+	cur, cas, err := b.store.Get(b.keys.health)
+	if o == Success && l.Decision != ByProbe && b.noHealth(cur, err) {
+		return nil // no failure counted anywhere: a success changes nothing
+	}
 	t := now.UnixNano()
-	_, ok := b.update(b.keys.health, func(cur []byte) []byte {
+	_, ok := b.updateFrom(b.keys.health, cur, cas, err, func(cur []byte) []byte {
 		b.decodeHealth(cur)
 		next, changed := b.nextHealth(b.health[l.Index], l, o, t)
 		if !changed {

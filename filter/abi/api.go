@@ -350,7 +350,7 @@ func ResumeHttpRequest() error { return continueStream(abispec.StreamTypeRequest
 
 // ResumeHttpResponse continues a paused response (proxy_continue_stream(1)).
 func ResumeHttpResponse() error {
-	if s := guards.streams[guards.active]; s != nil {
+	if s := streamOf(guards.active); s != nil {
 		s.responseStarted = true
 	}
 	return continueStream(abispec.StreamTypeResponse)
@@ -390,7 +390,7 @@ func DispatchHttpCall(
 	timeoutMillisecond uint32,
 	callBack func(numHeaders, bodySize, numTrailers int),
 ) (calloutID uint32, err error) {
-	return httpCall(cluster, headers, body, trailers, timeoutMillisecond, guardCallout(guards.active, callBack))
+	return httpCall(cluster, headers, body, trailers, timeoutMillisecond, guards.active, callBack)
 }
 
 // GetHttpCallResponseHeaders returns the http-call response headers; only
@@ -434,32 +434,26 @@ func GetStatus() (code uint32, message string, err error) { return getStatus() }
 // A missing key is types.ErrorStatusNotFound. There is no delete: pdroute
 // writes an empty value and treats empty as absent.
 func GetSharedData(key string) (value []byte, cas uint32, err error) {
-	return getSharedData(key)
+	return getSharedData("", key)
 }
 
 // GetSharedDataUnder is GetSharedData(prefix + key) without building the
 // joined key as a string: in the VM it is written into a buffer the host
 // reads during the call, sparing an allocation per access.
 func GetSharedDataUnder(prefix, key string) (value []byte, cas uint32, err error) {
-	if prefix == "" {
-		return getSharedData(key)
-	}
-	return getSharedData(joinKey(prefix, key))
+	return getSharedData(prefix, key)
 }
 
 // SetSharedDataUnder is SetSharedData(prefix + key, data, cas), as
 // GetSharedDataUnder.
 func SetSharedDataUnder(prefix, key string, data []byte, cas uint32) error {
-	if prefix == "" {
-		return setSharedData(key, data, cas)
-	}
-	return setSharedData(joinKey(prefix, key), data, cas)
+	return setSharedData(prefix, key, data, cas)
 }
 
 // SetSharedData stores data under key if cas still matches (cas 0 always
 // writes); a concurrent change is types.ErrorStatusCasMismatch — retry.
 func SetSharedData(key string, data []byte, cas uint32) error {
-	return setSharedData(key, data, cas)
+	return setSharedData("", key, data, cas)
 }
 
 // RegisterSharedQueue creates or reopens queue name for this VM id and makes

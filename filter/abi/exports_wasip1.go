@@ -8,11 +8,12 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
+	"github.com/pdroute/pdroute/filter/internal/idtab"
 )
 
 // The module's callbacks (//go:wasmexport), with the exact signatures of
 // abispec.Callbacks: uint32 and bool lower to i32. Each one first ends the
-// previous callback's allocations (see claim) and records the context that
+// previous callback's allocations (see returned) and records the context that
 // runs; user code is reached only through the Guard wrappers.
 
 // callout is an http call waiting for its answer.
@@ -21,28 +22,45 @@ type callout struct {
 	callBack func(numHeaders, bodySize, numTrailers int)
 }
 
+// plugin is a root context.
+type plugin struct {
+	id  uint32
+	ctx types.PluginContext
+}
+
 // vm is the module's context table: one per VM instance (Envoy worker).
 var vm struct {
 	// root is the guarded VM context from SetVMContext; nil until then.
 	root types.VMContext
-	// plugins are the guarded root (plugin) contexts by id. HTTP streams
-	// live in guards.streams.
-	plugins map[uint32]types.PluginContext
+	// plugins are the guarded root (plugin) contexts: a VM has one per
+	// plugin configuration, a few at most, so a slice scanned by id. HTTP
+	// streams live in guards.streams.
+	plugins []plugin
 	// callouts are the pending http calls by token (tokens are per VM). An
 	// entry lives until the host answers or its root is deleted, exactly as
-	// long as the host keeps the call itself.
-	callouts map[uint32]callout
+	// long as the host keeps the call itself. A table, as guards.streams.
+	callouts idtab.Table[callout]
 }
 
 func setVMContext(ctx types.VMContext) {
 	vm.root = ctx
-	vm.plugins = map[uint32]types.PluginContext{}
-	vm.callouts = map[uint32]callout{}
+	vm.plugins = nil
+	vm.callouts = idtab.Table[callout]{}
+}
+
+// pluginOf returns the root context id, or nil.
+func pluginOf(id uint32) types.PluginContext {
+	for _, p := range vm.plugins {
+		if p.id == id {
+			return p.ctx
+		}
+	}
+	return nil
 }
 
 // alive reports whether contextID is a live root or stream.
 func alive(contextID uint32) bool {
-	return vm.plugins[contextID] != nil || guards.streams[contextID] != nil
+	return pluginOf(contextID) != nil || streamOf(contextID) != nil
 }
 
 // allocations are the buffers handed to the host by the allocator and not
@@ -77,7 +95,7 @@ func proxyOnMemoryAllocate(size uint32) *byte {
 }
 
 // into is where the next host call that returns data writes it when
-// armed (callInto): the caller's buffer dst if the data fits its room,
+// armed (arm): the caller's buffer dst if the data fits its room,
 // else a fresh allocation, as without it. One host call returns data at a
 // time, and the allocator runs only inside it, so one target suffices.
 var into struct {
@@ -85,7 +103,7 @@ var into struct {
 	armed, handed, adopt bool
 }
 
-// scratch is the buffer transient reads (callScratch) land in: one per VM,
+// scratch is the buffer transient reads (armScratch) land in: one per VM,
 // kept between callbacks, overwritten by the next transient read. Its data
 // is only ever handed to code that uses it before returning (the header
 // visitors), so no reference outlives it; busy marks such a use, during
@@ -100,36 +118,6 @@ var scratch struct {
 // read is a fresh allocation as before. Wasm memory never shrinks, so
 // maxScratch is what a VM keeps at most.
 const maxScratch = 16 << 10
-
-// claim returns the allocation at ptr, cut to size, and forgets it. Data
-// written into an armed target keeps the target's capacity.
-func claim(ptr, size uint32) ([]byte, error) {
-	if into.handed {
-		into.handed = false
-		if ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(into.dst)))) && uint64(size) <= uint64(cap(into.dst)) {
-			return into.dst[:size], nil
-		}
-	}
-	adopt := into.adopt
-	for i := len(allocations) - 1; i >= 0; i-- {
-		b := allocations[i]
-		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
-			continue
-		}
-		if int(size) > len(b) {
-			return nil, errForeignMemory
-		}
-		last := len(allocations) - 1
-		allocations[i] = allocations[last]
-		allocations[last] = nil
-		allocations = allocations[:last]
-		if adopt {
-			return b[:size], nil
-		}
-		return b[:size:size], nil
-	}
-	return nil, errForeignMemory
-}
 
 // enter starts a callback: unclaimed allocations of earlier callbacks are
 // released and contextID becomes the active context.
@@ -152,10 +140,17 @@ func proxyOnContextCreate(contextID, rootContextID uint32) {
 		return
 	}
 	if rootContextID == 0 {
-		vm.plugins[contextID] = vm.root.NewPluginContext(contextID)
+		p := vm.root.NewPluginContext(contextID)
+		for i := range vm.plugins {
+			if vm.plugins[i].id == contextID {
+				vm.plugins[i].ctx = p
+				return
+			}
+		}
+		vm.plugins = append(vm.plugins, plugin{id: contextID, ctx: p})
 		return
 	}
-	if p := vm.plugins[rootContextID]; p != nil {
+	if p := pluginOf(rootContextID); p != nil {
 		// The guard registers the stream in guards.streams; a plugin that
 		// does not handle HTTP returns nil and its streams pass through.
 		p.NewHttpContext(contextID)
@@ -177,14 +172,14 @@ func proxyOnVMStart(rootContextID, vmConfigurationSize uint32) bool {
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(rootContextID, pluginConfigurationSize uint32) bool {
 	enter(rootContextID)
-	p := vm.plugins[rootContextID]
+	p := pluginOf(rootContextID)
 	return p != nil && bool(p.OnPluginStart(int(pluginConfigurationSize)))
 }
 
 //go:wasmexport proxy_on_tick
 func proxyOnTick(rootContextID uint32) {
 	enter(rootContextID)
-	if p := vm.plugins[rootContextID]; p != nil {
+	if p := pluginOf(rootContextID); p != nil {
 		p.OnTick()
 	}
 }
@@ -192,66 +187,51 @@ func proxyOnTick(rootContextID uint32) {
 //go:wasmexport proxy_on_queue_ready
 func proxyOnQueueReady(rootContextID, queueID uint32) {
 	enter(rootContextID)
-	if p := vm.plugins[rootContextID]; p != nil {
+	if p := pluginOf(rootContextID); p != nil {
 		p.OnQueueReady(queueID)
 	}
 }
 
-// stream returns the stream contextID for a stream callback; streams the
-// plugin does not handle (or no longer knows) pass through.
-func stream(contextID uint32) *streamGuard {
+// streamCall runs stream callback cb of contextID; streams the plugin does
+// not handle (or no longer knows) pass through.
+func streamCall(contextID uint32, cb streamCallback, n uint32, endOfStream bool) uint32 {
 	enter(contextID)
-	return guards.streams[contextID]
+	if s := streamOf(contextID); s != nil {
+		return uint32(s.run(cb, int(n), endOfStream))
+	}
+	return continueAction
 }
 
 const continueAction = uint32(types.ActionContinue)
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders uint32, endOfStream bool) uint32 {
-	if s := stream(contextID); s != nil {
-		return uint32(s.OnHttpRequestHeaders(int(numHeaders), endOfStream))
-	}
-	return continueAction
+	return streamCall(contextID, onRequestHeaders, numHeaders, endOfStream)
 }
 
 //go:wasmexport proxy_on_request_body
 func proxyOnRequestBody(contextID, bodySize uint32, endOfStream bool) uint32 {
-	if s := stream(contextID); s != nil {
-		return uint32(s.OnHttpRequestBody(int(bodySize), endOfStream))
-	}
-	return continueAction
+	return streamCall(contextID, onRequestBody, bodySize, endOfStream)
 }
 
 //go:wasmexport proxy_on_request_trailers
 func proxyOnRequestTrailers(contextID, numTrailers uint32) uint32 {
-	if s := stream(contextID); s != nil {
-		return uint32(s.OnHttpRequestTrailers(int(numTrailers)))
-	}
-	return continueAction
+	return streamCall(contextID, onRequestTrailers, numTrailers, false)
 }
 
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders uint32, endOfStream bool) uint32 {
-	if s := stream(contextID); s != nil {
-		return uint32(s.OnHttpResponseHeaders(int(numHeaders), endOfStream))
-	}
-	return continueAction
+	return streamCall(contextID, onResponseHeaders, numHeaders, endOfStream)
 }
 
 //go:wasmexport proxy_on_response_body
 func proxyOnResponseBody(contextID, bodySize uint32, endOfStream bool) uint32 {
-	if s := stream(contextID); s != nil {
-		return uint32(s.OnHttpResponseBody(int(bodySize), endOfStream))
-	}
-	return continueAction
+	return streamCall(contextID, onResponseBody, bodySize, endOfStream)
 }
 
 //go:wasmexport proxy_on_response_trailers
 func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
-	if s := stream(contextID); s != nil {
-		return uint32(s.OnHttpResponseTrailers(int(numTrailers)))
-	}
-	return continueAction
+	return streamCall(contextID, onResponseTrailers, numTrailers, false)
 }
 
 // proxyOnHttpCallResponse receives every http-call answer on the root
@@ -261,11 +241,10 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHttpCallResponse(rootContextID, token, numHeaders, bodySize, numTrailers uint32) {
 	enter(rootContextID)
-	c, ok := vm.callouts[token]
+	c, ok := vm.callouts.Delete(token)
 	if !ok {
 		return
 	}
-	delete(vm.callouts, token)
 	if c.caller != rootContextID {
 		if !alive(c.caller) {
 			return
@@ -275,12 +254,13 @@ func proxyOnHttpCallResponse(rootContextID, token, numHeaders, bodySize, numTrai
 			return
 		}
 	}
-	c.callBack(int(numHeaders), int(bodySize), int(numTrailers))
+	runCallout(c.caller, c.callBack, int(numHeaders), int(bodySize), int(numTrailers))
 }
 
 //go:wasmexport proxy_on_log
 func proxyOnLog(contextID uint32) {
-	if s := stream(contextID); s != nil {
+	enter(contextID)
+	if s := streamOf(contextID); s != nil {
 		s.OnHttpStreamDone()
 	}
 }
@@ -288,7 +268,7 @@ func proxyOnLog(contextID uint32) {
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) bool {
 	enter(contextID)
-	if p := vm.plugins[contextID]; p != nil {
+	if p := pluginOf(contextID); p != nil {
 		return p.OnPluginDone()
 	}
 	return true
@@ -302,14 +282,20 @@ func proxyOnDone(contextID uint32) bool {
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {
 	enter(contextID)
-	delete(guards.streams, contextID)
-	if vm.plugins[contextID] == nil {
-		return
-	}
-	delete(vm.plugins, contextID)
-	for token, c := range vm.callouts {
-		if c.caller == contextID || !alive(c.caller) {
-			delete(vm.callouts, token)
+	guards.streams.Delete(contextID)
+	k := -1
+	for i := range vm.plugins {
+		if vm.plugins[i].id == contextID {
+			k = i
 		}
 	}
+	if k < 0 {
+		return
+	}
+	vm.plugins = append(vm.plugins[:k], vm.plugins[k+1:]...)
+	vm.callouts.Each(func(token uint32, c callout) {
+		if c.caller == contextID || !alive(c.caller) {
+			vm.callouts.Delete(token)
+		}
+	})
 }

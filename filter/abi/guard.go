@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/pdroute/pdroute/filter/internal/idtab"
 )
 
 // A Go panic that escapes a wasm export is a trap, and a trap fails the whole
@@ -15,18 +17,22 @@ import (
 
 // guardState is the per-VM bookkeeping of the recovery layer.
 type guardState struct {
-	// streams holds the live HTTP streams by context id: from NewHttpContext
-	// to OnHttpStreamDone (or proxy_on_delete if the host skips the log call).
-	streams map[uint32]*streamGuard
+	// streams holds the live HTTP streams by context id: from
+	// NewHttpContext to OnHttpStreamDone (or proxy_on_delete if the host
+	// skips the log call). An idtab.Table rather than a map: O(1) on far
+	// less code per callback than the runtime's map functions.
+	streams idtab.Table[*streamGuard]
 	// active is the context whose code runs now: set on every callback entry
 	// and by SetEffectiveContext. Http calls are attributed to it.
 	active uint32
 }
 
-var guards = newGuardState()
+var guards guardState
 
-func newGuardState() guardState {
-	return guardState{streams: map[uint32]*streamGuard{}}
+// streamOf returns the live stream with context id, or nil.
+func streamOf(id uint32) *streamGuard {
+	s, _ := guards.streams.Get(id)
+	return s
 }
 
 // Guard wraps vm so that every callback of it, of the plugin contexts it
@@ -46,7 +52,7 @@ func newGuardState() guardState {
 // Guard(vm) to proxytest's WithVMContext so they exercise the same recovery.
 // Guard starts a fresh per-VM state: call it once per VM (or per emulator).
 func Guard(vm types.VMContext) types.VMContext {
-	guards = newGuardState()
+	guards = guardState{}
 	return &vmGuard{user: vm}
 }
 
@@ -158,29 +164,29 @@ func (p *pluginGuard) OnTick() {
 // NewTcpContext returns nil: pdroute is an HTTP filter only.
 func (p *pluginGuard) NewTcpContext(uint32) types.TcpContext { return nil }
 
-func (p *pluginGuard) NewHttpContext(contextID uint32) types.HttpContext {
-	guards.active = contextID
-	user, ok := newHttpContext(p.user, contextID)
-	if !ok {
-		return nil
-	}
-	s := &streamGuard{id: contextID, user: user}
-	guards.streams[contextID] = s
-	return s
-}
-
-// newHttpContext calls the user's factory. ok is false if the plugin does
-// not handle HTTP. If the factory panics the stream gets a context that
+// NewHttpContext calls the user's factory. A plugin that does not handle
+// HTTP returns nil. If the factory panics the stream gets a context that
 // fails it at its first callback, so the client sees the 500.
-func newHttpContext(p types.PluginContext, contextID uint32) (h types.HttpContext, ok bool) {
+func (p *pluginGuard) NewHttpContext(contextID uint32) (h types.HttpContext) {
+	guards.active = contextID
 	defer func() {
 		if r := recover(); r != nil {
 			logPanic(contextID, "NewHttpContext", r)
-			h, ok = &failedStream{panicValue: r}, true
+			h = newStreamGuard(contextID, &failedStream{panicValue: r})
 		}
 	}()
-	h = p.NewHttpContext(contextID)
-	return h, h != nil
+	user := p.user.NewHttpContext(contextID)
+	if user == nil {
+		return nil
+	}
+	return newStreamGuard(contextID, user)
+}
+
+// newStreamGuard registers the guard of a new stream.
+func newStreamGuard(contextID uint32, user types.HttpContext) *streamGuard {
+	s := &streamGuard{id: contextID, user: user}
+	guards.streams.Put(contextID, s) // replaces a stream the host never ended
+	return s
 }
 
 // failedStream stands for an HTTP context whose creation panicked: it
@@ -205,11 +211,59 @@ type streamGuard struct {
 	responseStarted bool
 }
 
-// catch is deferred by every stream callback that returns an action.
-func (s *streamGuard) catch(callback string, action *types.Action) {
-	if r := recover(); r != nil {
-		*action = s.fail(callback, r)
+// streamCallback names a stream callback that returns an action.
+type streamCallback uint8
+
+const (
+	onRequestHeaders streamCallback = iota
+	onRequestBody
+	onRequestTrailers
+	onResponseHeaders
+	onResponseBody
+	onResponseTrailers
+)
+
+var streamCallbackNames = [...]string{
+	onRequestHeaders:   "OnHttpRequestHeaders",
+	onRequestBody:      "OnHttpRequestBody",
+	onRequestTrailers:  "OnHttpRequestTrailers",
+	onResponseHeaders:  "OnHttpResponseHeaders",
+	onResponseBody:     "OnHttpResponseBody",
+	onResponseTrailers: "OnHttpResponseTrailers",
+}
+
+// run is every stream callback that returns an action, with one recovery:
+// one shared path rather than one wrapper per callback, so a request runs
+// the same few functions whichever callbacks it gets.
+func (s *streamGuard) run(cb streamCallback, n int, endOfStream bool) (action types.Action) {
+	if s.failed {
+		return types.ActionContinue
 	}
+	guards.active = s.id
+	// A closure literal, not defer s.catch(…): that would run a generated
+	// wrapper and catch, two functions per callback instead of one.
+	defer func() {
+		if r := recover(); r != nil {
+			action = s.fail(streamCallbackNames[cb], r)
+		}
+	}()
+	switch cb {
+	case onRequestHeaders:
+		return s.user.OnHttpRequestHeaders(n, endOfStream)
+	case onRequestBody:
+		return s.user.OnHttpRequestBody(n, endOfStream)
+	case onRequestTrailers:
+		return s.user.OnHttpRequestTrailers(n)
+	case onResponseHeaders:
+		action = s.user.OnHttpResponseHeaders(n, endOfStream)
+		if action == types.ActionContinue {
+			s.responseStarted = true
+		}
+		return action
+	case onResponseBody:
+		return s.user.OnHttpResponseBody(n, endOfStream)
+	}
+	return s.user.OnHttpResponseTrailers(n)
 }
 
 // fail records a panic of the stream's user code and ends the stream for the
@@ -234,95 +288,69 @@ func (s *streamGuard) fail(callback string, panicValue any) types.Action {
 	return types.ActionPause
 }
 
-func (s *streamGuard) OnHttpRequestHeaders(numHeaders int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpRequestHeaders", &action)
-	return s.user.OnHttpRequestHeaders(numHeaders, endOfStream)
+func (s *streamGuard) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Action {
+	return s.run(onRequestHeaders, numHeaders, endOfStream)
 }
 
-func (s *streamGuard) OnHttpRequestBody(bodySize int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpRequestBody", &action)
-	return s.user.OnHttpRequestBody(bodySize, endOfStream)
+func (s *streamGuard) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	return s.run(onRequestBody, bodySize, endOfStream)
 }
 
-func (s *streamGuard) OnHttpRequestTrailers(numTrailers int) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpRequestTrailers", &action)
-	return s.user.OnHttpRequestTrailers(numTrailers)
+func (s *streamGuard) OnHttpRequestTrailers(numTrailers int) types.Action {
+	return s.run(onRequestTrailers, numTrailers, false)
 }
 
-func (s *streamGuard) OnHttpResponseHeaders(numHeaders int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpResponseHeaders", &action)
-	action = s.user.OnHttpResponseHeaders(numHeaders, endOfStream)
-	if action == types.ActionContinue {
-		s.responseStarted = true
-	}
-	return action
+func (s *streamGuard) OnHttpResponseHeaders(numHeaders int, endOfStream bool) types.Action {
+	return s.run(onResponseHeaders, numHeaders, endOfStream)
 }
 
-func (s *streamGuard) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpResponseBody", &action)
-	return s.user.OnHttpResponseBody(bodySize, endOfStream)
+func (s *streamGuard) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	return s.run(onResponseBody, bodySize, endOfStream)
 }
 
-func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) (action types.Action) {
-	if s.failed {
-		return types.ActionContinue
-	}
-	guards.active = s.id
-	defer s.catch("OnHttpResponseTrailers", &action)
-	return s.user.OnHttpResponseTrailers(numTrailers)
+func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) types.Action {
+	return s.run(onResponseTrailers, numTrailers, false)
 }
 
 // OnHttpStreamDone runs even for a failed stream so the plugin can release
 // what the stream holds; a panic here is only logged. The stream leaves the
 // registry: a late http-call answer for it is dropped.
 func (s *streamGuard) OnHttpStreamDone() {
-	delete(guards.streams, s.id)
+	guards.streams.Delete(s.id)
 	guards.active = s.id
-	defer catchRoot(s.id, "OnHttpStreamDone")
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(s.id, "OnHttpStreamDone", r)
+		}
+	}()
 	s.user.OnHttpStreamDone()
 }
 
-// guardCallout wraps an http-call callback dispatched by context caller.
+// guardCallout wraps an http-call callback dispatched by context caller
+// (for hosts that take a closure; the wasm module calls runCallout itself).
 func guardCallout(caller uint32, callBack func(numHeaders, bodySize, numTrailers int)) func(int, int, int) {
 	return func(numHeaders, bodySize, numTrailers int) {
-		s := guards.streams[caller]
-		if s != nil && s.failed {
-			return
-		}
-		guards.active = caller
-		defer catchCallout(caller, s)
-		callBack(numHeaders, bodySize, numTrailers)
+		runCallout(caller, callBack, numHeaders, bodySize, numTrailers)
 	}
 }
 
-// catchCallout is deferred by http-call callbacks: a panic fails the calling
-// stream, or is only logged for a root caller.
-func catchCallout(caller uint32, s *streamGuard) {
-	if r := recover(); r != nil {
-		if s != nil {
-			s.fail("http call callback", r)
-			return
-		}
-		logPanic(caller, "http call callback", r)
+// runCallout runs an http-call callback dispatched by context caller: not
+// at all if that stream failed, and a panic fails the stream (or is only
+// logged for a root caller).
+func runCallout(caller uint32, callBack func(numHeaders, bodySize, numTrailers int), numHeaders, bodySize, numTrailers int) {
+	s := streamOf(caller)
+	if s != nil && s.failed {
+		return
 	}
+	guards.active = caller
+	defer func() {
+		if r := recover(); r != nil {
+			if s != nil {
+				s.fail("http call callback", r)
+				return
+			}
+			logPanic(caller, "http call callback", r)
+		}
+	}()
+	callBack(numHeaders, bodySize, numTrailers)
 }

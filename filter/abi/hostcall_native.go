@@ -190,7 +190,8 @@ var callStatus struct {
 const CallBodyCopied = false
 
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeout uint32, callBack func(int, int, int)) (uint32, error) {
+	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
+	callBack = guardCallout(caller, callBack)
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			if numHeaders == 0 {
@@ -206,9 +207,11 @@ func getStatus() (uint32, string, error) { return callStatus.code, callStatus.me
 // joinKey concatenates: proxytest keeps the key strings it is given.
 func joinKey(prefix, key string) string { return prefix + key }
 
-func getSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }
-func setSharedData(key string, data []byte, cas uint32) error {
-	return proxywasm.SetSharedData(key, data, cas)
+func getSharedData(prefix, key string) ([]byte, uint32, error) {
+	return proxywasm.GetSharedData(joinKey(prefix, key))
+}
+func setSharedData(prefix, key string, data []byte, cas uint32) error {
+	return proxywasm.SetSharedData(joinKey(prefix, key), data, cas)
 }
 
 func registerSharedQueue(name string) (uint32, error) { return proxywasm.RegisterSharedQueue(name) }

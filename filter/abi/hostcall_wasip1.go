@@ -162,50 +162,105 @@ var (
 	hostWord64 uint64
 )
 
-// callReturning runs a host call that writes hostReturn and claims the data.
-// An OK status with no data is (nil, nil).
-func callReturning(call func(ptr, size *uint32) uint32) ([]byte, error) {
+// A host call that returns data writes its (pointer, length) words into
+// hostReturn: the call site passes ret()'s pointers to the import and hands
+// its status to returned (or returnedData). Straight calls rather than
+// helpers taking a closure: a closure is one more distinct function per
+// kind of read, and these run several times per request.
+
+// ret resets hostReturn and returns the pointers of its words.
+func ret() (ptr, size *uint32) {
 	hostReturn.ptr, hostReturn.size = 0, 0
-	if err := toError(call(&hostReturn.ptr, &hostReturn.size)); err != nil {
-		return nil, err
-	}
-	if hostReturn.ptr == 0 {
-		return nil, nil
-	}
-	return claim(hostReturn.ptr, hostReturn.size)
+	return &hostReturn.ptr, &hostReturn.size
 }
 
-// callInto is callReturning writing the data into dst's room when it fits
-// (the result then aliases dst), else into a fresh allocation whose room
-// the caller may keep (adopt) for the next read.
-func callInto(dst []byte, adopt bool, call func(ptr, size *uint32) uint32) ([]byte, error) {
-	into.dst, into.armed, into.adopt = dst[:cap(dst)], true, adopt
-	b, err := callReturning(call)
+// returned claims the data of the host call that wrote hostReturn and
+// returned status, and disarms (arm): the allocation at the returned
+// pointer, cut to its size, which the module then forgets; data written
+// into an armed target keeps the target's capacity. An OK status with no
+// data is (nil, nil). One function for every read (it was four layers).
+func returned(status uint32) ([]byte, error) {
+	dst, handed, adopt := into.dst, into.handed, into.adopt
 	into.dst, into.armed, into.handed, into.adopt = nil, false, false, false
+	if status != uint32(abispec.StatusOK) {
+		return nil, toError(status)
+	}
+	ptr, size := hostReturn.ptr, hostReturn.size
+	if ptr == 0 {
+		return nil, nil
+	}
+	if handed && ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))) && uint64(size) <= uint64(cap(dst)) {
+		return dst[:size], nil
+	}
+	for i := len(allocations) - 1; i >= 0; i-- {
+		b := allocations[i]
+		if uint32(uintptr(unsafe.Pointer(&b[0]))) != ptr {
+			continue
+		}
+		if int(size) > len(b) {
+			return nil, errForeignMemory
+		}
+		last := len(allocations) - 1
+		allocations[i] = allocations[last]
+		allocations[last] = nil
+		allocations = allocations[:last]
+		if adopt {
+			return b[:size], nil
+		}
+		return b[:size:size], nil
+	}
+	return nil, errForeignMemory
+}
+
+// returnedData is returned where no data means NotFound, as the SDK
+// reports empty buffers and maps.
+func returnedData(status uint32) ([]byte, error) {
+	b, err := returned(status)
+	if err == nil && b == nil {
+		return nil, types.ErrorStatusNotFound
+	}
 	return b, err
 }
 
-// callScratch is callReturning for data the caller reads only before its
-// next host call that returns data, never keeping a reference to it: the
-// host writes it into the VM's scratch buffer rather than a fresh
-// allocation (unless the buffer is busy or the data larger than
-// maxScratch). An OK status with no data is (nil, nil).
-func callScratch(call func(ptr, size *uint32) uint32) ([]byte, error) {
+// arm makes the next host call that returns data write it into dst's room
+// when it fits (the result then aliases dst), else into a fresh allocation
+// whose room the caller may keep (adopt) for the next read. returned
+// disarms.
+func arm(dst []byte, adopt bool) {
+	into.dst, into.armed, into.adopt = dst[:cap(dst)], true, adopt
+}
+
+// armScratch is arm for data the caller reads only before its next host
+// call that returns data, never keeping a reference to it: the host writes
+// it into the VM's scratch buffer rather than a fresh allocation (unless
+// the buffer is busy or the data larger than maxScratch). It reports
+// whether it armed, for returnedScratch.
+func armScratch() bool {
 	if scratch.busy {
-		return callReturning(call)
+		return false
 	}
-	b, err := callInto(scratch.buf, true, call)
-	if cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
+	arm(scratch.buf, true)
+	return true
+}
+
+// returnedScratch is returned for a call made after armScratch. An OK
+// status with no data is (nil, nil).
+func returnedScratch(armed bool, status uint32) ([]byte, error) {
+	b, err := returned(status)
+	if armed && cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
 		scratch.buf = b[:0]
 	}
 	return b, err
 }
 
-// visitPairs calls fn with each pair of a host-returned pairs serialization
-// read by a transient read (callScratch): key and value are valid only
-// while fn runs. No data is types.ErrorStatusNotFound, as for getMap.
-func visitPairs(read func(ptr, size *uint32) uint32, fn func(key, value []byte)) error {
-	b, err := callScratch(read)
+// visitScratch calls fn with each pair of a pairs serialization read after
+// armScratch (status is the read's): key and value are valid only while fn
+// runs. No data is types.ErrorStatusNotFound, as for getMap.
+func visitScratch(armed bool, status uint32, fn func(key, value []byte)) error {
+	b, err := returned(status) // returnedScratch written out: one layer less
+	if armed && cap(b) <= maxScratch && cap(b) > cap(scratch.buf) {
+		scratch.buf = b[:0]
+	}
 	if err == nil && b == nil {
 		return types.ErrorStatusNotFound
 	}
@@ -219,16 +274,6 @@ func visitPairs(read func(ptr, size *uint32) uint32, fn func(key, value []byte))
 	err = abispec.EachPair(b, fn)
 	scratch.busy = busy
 	return err
-}
-
-// callReturningData is callReturning where no data means NotFound, as the
-// SDK reports empty buffers and maps.
-func callReturningData(call func(ptr, size *uint32) uint32) ([]byte, error) {
-	b, err := callReturning(call)
-	if err == nil && b == nil {
-		return nil, types.ErrorStatusNotFound
-	}
-	return b, err
 }
 
 func logMessage(level abispec.LogLevel, msg string) {
@@ -246,9 +291,8 @@ func propertyPath(path []string) string { return strings.Join(path, "\x00") }
 
 func getProperty(path []string) ([]byte, error) {
 	p := propertyPath(path)
-	return callReturning(func(ptr, size *uint32) uint32 {
-		return proxyGetProperty(stringPtr(p), uint32(len(p)), ptr, size)
-	})
+	ptr, size := ret()
+	return returned(proxyGetProperty(stringPtr(p), uint32(len(p)), ptr, size))
 }
 
 func setProperty(path []string, value []byte) error {
@@ -257,16 +301,15 @@ func setProperty(path []string, value []byte) error {
 }
 
 func getBuffer(t abispec.BufferType, start, maxSize int) ([]byte, error) {
-	return callReturningData(func(ptr, size *uint32) uint32 {
-		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
-	})
+	ptr, size := ret()
+	return returnedData(proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size))
 }
 
-// getBufferInto is getBuffer into dst's room (callInto).
+// getBufferInto is getBuffer into dst's room (arm).
 func getBufferInto(t abispec.BufferType, dst []byte, start, maxSize int) ([]byte, error) {
-	b, err := callInto(dst, true, func(ptr, size *uint32) uint32 {
-		return proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size)
-	})
+	arm(dst, true)
+	ptr, size := ret()
+	b, err := returned(proxyGetBufferBytes(uint32(t), uint32(start), uint32(maxSize), ptr, size))
 	if err == nil && b == nil {
 		return nil, types.ErrorStatusNotFound
 	}
@@ -293,9 +336,8 @@ func drainPrepend(t abispec.BufferType, drain int, data []byte) error {
 }
 
 func getMap(t abispec.MapType) ([][2]string, error) {
-	b, err := callReturningData(func(ptr, size *uint32) uint32 {
-		return proxyGetHeaderMapPairs(uint32(t), ptr, size)
-	})
+	ptr, size := ret()
+	b, err := returnedData(proxyGetHeaderMapPairs(uint32(t), ptr, size))
 	if err != nil {
 		return nil, err
 	}
@@ -328,16 +370,16 @@ func setMap(t abispec.MapType, pairs [][2]string) error {
 }
 
 func visitMap(t abispec.MapType, fn func(key, value []byte)) error {
-	return visitPairs(func(ptr, size *uint32) uint32 {
-		return proxyGetHeaderMapPairs(uint32(t), ptr, size)
-	}, fn)
+	armed := armScratch()
+	ptr, size := ret()
+	return visitScratch(armed, proxyGetHeaderMapPairs(uint32(t), ptr, size), fn)
 }
 
 // getMapValue reads the value into scratch memory: the string is its copy.
 func getMapValue(t abispec.MapType, key string) (string, error) {
-	b, err := callScratch(func(ptr, size *uint32) uint32 {
-		return proxyGetHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)), ptr, size)
-	})
+	armed := armScratch()
+	ptr, size := ret()
+	b, err := returnedScratch(armed, proxyGetHeaderMapValue(uint32(t), stringPtr(key), uint32(len(key)), ptr, size))
 	return string(b), err
 }
 
@@ -370,7 +412,7 @@ func sendLocalResponse(code uint32, details string, headers [][2]string, body []
 const CallBodyCopied = true
 
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeout uint32, callBack func(int, int, int)) (uint32, error) {
+	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
 	h := outPairs(headers)
 	t := emptyPairs
 	if len(trailers) > 0 {
@@ -383,23 +425,24 @@ func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]st
 		return 0, err
 	}
 	token := hostWord
-	vm.callouts[token] = callout{caller: guards.active, callBack: callBack}
+	vm.callouts.Put(token, callout{caller: caller, callBack: callBack})
 	return token, nil
 }
 
 func getStatus() (uint32, string, error) {
 	hostWord = 0
-	msg, err := callScratch(func(ptr, size *uint32) uint32 {
-		return proxyGetStatus(&hostWord, ptr, size)
-	})
+	armed := armScratch()
+	ptr, size := ret()
+	msg, err := returnedScratch(armed, proxyGetStatus(&hostWord, ptr, size))
 	return hostWord, string(msg), err
 }
 
-func getSharedData(key string) ([]byte, uint32, error) {
+// getSharedData reads prefix + key (joinKey).
+func getSharedData(prefix, key string) ([]byte, uint32, error) {
+	key = joinKey(prefix, key)
 	hostWord = 0
-	value, err := callReturning(func(ptr, size *uint32) uint32 {
-		return proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord)
-	})
+	ptr, size := ret()
+	value, err := returned(proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -413,11 +456,16 @@ var keyBuf []byte
 // host reads a key during the call and keeps a copy of it (Envoy's shared
 // data stores std::string keys), so nothing holds it afterwards.
 func joinKey(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
 	keyBuf = append(append(keyBuf[:0], prefix...), key...)
 	return unsafe.String(unsafe.SliceData(keyBuf), len(keyBuf))
 }
 
-func setSharedData(key string, data []byte, cas uint32) error {
+// setSharedData writes prefix + key (joinKey).
+func setSharedData(prefix, key string, data []byte, cas uint32) error {
+	key = joinKey(prefix, key)
 	return toError(proxySetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(data), uint32(len(data)), cas))
 }
 
@@ -438,9 +486,8 @@ func enqueueSharedQueue(id uint32, data []byte) error {
 }
 
 func dequeueSharedQueue(id uint32) ([]byte, error) {
-	return callReturning(func(ptr, size *uint32) uint32 {
-		return proxyDequeueSharedQueue(id, ptr, size)
-	})
+	ptr, size := ret()
+	return returned(proxyDequeueSharedQueue(id, ptr, size))
 }
 
 func setTickPeriod(ms uint32) error { return toError(proxySetTickPeriodMilliseconds(ms)) }

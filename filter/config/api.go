@@ -65,8 +65,10 @@ func (a API) Path() string {
 }
 
 func stripQuery(path string) string {
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		return path[:i]
+	for i := 0; i < len(path); i++ {
+		if path[i] == '?' || path[i] == '#' {
+			return path[:i]
+		}
 	}
 	return path
 }

@@ -59,9 +59,58 @@ func (c *Config) Match(method, path, _ string) (API, bool) {
 // request with another label is relabelled application/json, since pdroute
 // parsed its body as JSON.
 func JSONContentType(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == "" || mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+	// A header is ASCII: its media type (before any parameter, without
+	// surrounding spaces) is found by one loop here, in the function, rather
+	// than by strings.Cut, TrimSpace and ToLower; other bytes go to those.
+	ascii, end := true, len(contentType)
+	for i := 0; i < len(contentType); i++ {
+		if c := contentType[i]; c >= 0x80 {
+			ascii = false
+			break
+		} else if c == ';' && end == len(contentType) {
+			end = i
+		}
+	}
+	var mt string
+	if ascii {
+		start := 0
+		for start < end && asciiSpace(contentType[start]) {
+			start++
+		}
+		for end > start && asciiSpace(contentType[end-1]) {
+			end--
+		}
+		mt = contentType[start:end]
+	} else {
+		mt, _, _ = strings.Cut(contentType, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	return mt == "" || equalFoldASCII(mt, "application/json") ||
+		len(mt) >= len("application/") && equalFoldASCII(mt[:len("application/")], "application/") &&
+			len(mt) >= len("+json") && equalFoldASCII(mt[len(mt)-len("+json"):], "+json")
+}
+
+// asciiSpace is unicode.IsSpace for an ASCII byte.
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// equalFoldASCII reports whether ASCII s equals lower-case ASCII lower,
+// ignoring the case of s.
+func equalFoldASCII(s, lower string) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Decide routes a request from its headers and its estimated input tokens

@@ -49,6 +49,48 @@ func TestJSONContentType(t *testing.T) {
 	}
 }
 
+// The content-type tests and stripQuery run loops of their own on ASCII
+// values; they must answer as the strings functions they stand for.
+func TestContentTypeAsStringsFunctions(t *testing.T) {
+	refJSON := func(ct string) bool {
+		mt, _, _ := strings.Cut(ct, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+		return mt == "" || mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+	}
+	refPlain := func(ct string) bool {
+		return !refJSON(ct) && !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
+	}
+	refStrip := func(p string) string {
+		if i := strings.IndexAny(p, "?#"); i >= 0 {
+			return p[:i]
+		}
+		return p
+	}
+	for _, ct := range []string{
+		"", " ", ";", " ; x", "application/json", "APPLICATION/JSON", " application/json ;charset=utf-8",
+		"\tApplication/Json\r\n", "application/json5", "application/", "application/+json", "+json",
+		"application/vnd.api+JSON; q=1", "application/x+json;", "text/event-stream", "Text/Event-Stream; charset=utf-8",
+		" text/event-streamx", "text/event-strea", "text/plain", "text/html; charset=utf-8", "multipart/form-data; boundary=x",
+		"\u00a0application/json", "application/json\u0085", "appl\u0130cation/json", "\u212aapplication/json",
+		"text/event-stream\u00a0", "\u00a0text/event-stream", "application/\u00e9+json", "a;b;c", ";application/json",
+	} {
+		if got, want := JSONContentType(ct), refJSON(ct); got != want {
+			t.Errorf("JSONContentType(%q) = %v, strings functions say %v", ct, got, want)
+		}
+		if got, want := PlainContentType(ct), refPlain(ct); got != want {
+			t.Errorf("PlainContentType(%q) = %v, strings functions say %v", ct, got, want)
+		}
+		if got, want := stripQuery(ct), refStrip(ct); got != want {
+			t.Errorf("stripQuery(%q) = %q, want %q", ct, got, want)
+		}
+	}
+	for _, p := range []string{"/v1/chat/completions?x=1", "/a#b?c", "/a?b#c", "?", "#", "/x"} {
+		if got, want := stripQuery(p), refStrip(p); got != want {
+			t.Errorf("stripQuery(%q) = %q, want %q", p, got, want)
+		}
+	}
+}
+
 func TestDecide(t *testing.T) {
 	always := mustParse(t, base[ModeNIXL])
 	at512 := mustParse(t, edit(t, base[ModeNIXL], "threshold_tokens", "512"))

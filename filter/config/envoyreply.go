@@ -104,8 +104,22 @@ func PlainErrorResponse(status int, contentType string) bool {
 // when it is neither JSON (JSONContentType, which counts none as JSON) nor
 // an event stream.
 func PlainContentType(contentType string) bool {
-	return !JSONContentType(contentType) &&
-		!strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream")
+	if JSONContentType(contentType) {
+		return false
+	}
+	// strings.HasPrefix(strings.ToLower(strings.TrimSpace(…)), sse) for an
+	// ASCII value (trailing spaces cannot change the answer)
+	const sse = "text/event-stream"
+	for i := 0; i < len(contentType); i++ {
+		if contentType[i] >= 0x80 {
+			return !strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), sse)
+		}
+	}
+	t := contentType
+	for len(t) > 0 && asciiSpace(t[0]) {
+		t = t[1:]
+	}
+	return len(t) < len(sse) || !equalFoldASCII(t[:len(sse)], sse)
 }
 
 // DecodeErrorKind is the error a plain-text failure of the decode leg

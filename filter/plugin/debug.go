@@ -45,7 +45,7 @@ type debugEndpoint struct {
 
 // debugAnswer builds debug_path's JSON body.
 func (r *rootContext) debugAnswer(now time.Time) []byte {
-	st := debugState{Mode: string(r.cfg.Mode), Pools: map[string][]debugEndpoint{}, Streams: len(r.streams)}
+	st := debugState{Mode: string(r.cfg.Mode), Pools: map[string][]debugEndpoint{}, Streams: r.streams.Len()}
 	if r.kv != nil {
 		st.KVWaiting = len(r.kv.entries)
 	}

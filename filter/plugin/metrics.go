@@ -26,10 +26,17 @@ const (
 	pathError = "error"
 )
 
-// metrics are defined once per root in proxy_on_configure.
+// requestPaths are the labels of pdroute.requests.<path>, in the order of
+// metrics.requests.
+var requestPaths = [...]string{pathPassthrough, pathDirect, pathDisagg, pathFallback, pathRelayed, pathError}
+
+// metrics are defined once per root in proxy_on_configure. The labelled
+// counters are arrays, not maps: a request counts without the runtime's map
+// code.
 type metrics struct {
-	requests        map[string]abi.MetricCounter
-	prefillFailures map[config.PrefillOutcome]abi.MetricCounter
+	// requests are by requestPaths (countRequest)
+	requests        [len(requestPaths)]abi.MetricCounter
+	prefillFailures [config.PrefillBadAnswer + 1]abi.MetricCounter
 	local4xx        abi.MetricCounter
 	local5xx        abi.MetricCounter
 	sanitized       abi.MetricCounter
@@ -49,8 +56,9 @@ type metrics struct {
 	// counts those that paused for the body; a request a tick continued
 	// counts in both); wayWithheld counts the times this VM found that
 	// Envoy withholds the body of a paused request.
-	ways        map[config.RouteAt]abi.MetricCounter
-	wayWithheld abi.MetricCounter
+	// (countWay)
+	wayBody, wayHeaders abi.MetricCounter
+	wayWithheld         abi.MetricCounter
 }
 
 var prefillFailureOutcomes = []config.PrefillOutcome{
@@ -59,20 +67,15 @@ var prefillFailureOutcomes = []config.PrefillOutcome{
 }
 
 func defineMetrics(mode config.Mode) *metrics {
-	m := &metrics{
-		requests:        map[string]abi.MetricCounter{},
-		prefillFailures: map[config.PrefillOutcome]abi.MetricCounter{},
-	}
-	for _, p := range []string{pathPassthrough, pathDirect, pathDisagg, pathFallback, pathRelayed, pathError} {
-		m.requests[p] = abi.DefineCounterMetric(metricPrefix + "requests." + p)
+	m := &metrics{}
+	for i, p := range requestPaths {
+		m.requests[i] = abi.DefineCounterMetric(metricPrefix + "requests." + p)
 	}
 	for _, o := range prefillFailureOutcomes {
 		m.prefillFailures[o] = abi.DefineCounterMetric(metricPrefix + "prefill_failures." + o.String())
 	}
-	m.ways = map[config.RouteAt]abi.MetricCounter{
-		config.RouteAtBody:    abi.DefineCounterMetric(metricPrefix + "route_at.body"),
-		config.RouteAtHeaders: abi.DefineCounterMetric(metricPrefix + "route_at.headers"),
-	}
+	m.wayBody = abi.DefineCounterMetric(metricPrefix + "route_at.body")
+	m.wayHeaders = abi.DefineCounterMetric(metricPrefix + "route_at.headers")
 	m.wayWithheld = abi.DefineCounterMetric(metricPrefix + "route_at.body_withheld")
 	m.local4xx = abi.DefineCounterMetric(metricPrefix + "local_replies.4xx")
 	m.local5xx = abi.DefineCounterMetric(metricPrefix + "local_replies.5xx")
@@ -91,6 +94,27 @@ func defineMetrics(mode config.Mode) *metrics {
 		m.waitingGauge = abi.DefineGaugeMetric(metricPrefix + "kv_wait.waiting")
 	}
 	return m
+}
+
+// countRequest counts a request that took path (one of requestPaths).
+func (m *metrics) countRequest(path string) {
+	for i, p := range requestPaths {
+		if p == path {
+			m.requests[i].Increment(1)
+			return
+		}
+	}
+}
+
+// countWay counts a handled request by the way it took: config.RouteAtBody
+// or config.RouteAtHeaders.
+func (m *metrics) countWay(way config.RouteAt) {
+	switch way {
+	case config.RouteAtBody:
+		m.wayBody.Increment(1)
+	case config.RouteAtHeaders:
+		m.wayHeaders.Increment(1)
+	}
 }
 
 // toolCache counts the lookups of tool definitions of one estimate: the

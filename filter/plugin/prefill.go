@@ -237,7 +237,7 @@ func (s *stream) onPrefillFailed(o config.PrefillOutcome, a callAnswer) {
 			ct = "application/json"
 		}
 		s.route = pathRelayed
-		s.r.m.requests[pathRelayed].Increment(1)
+		s.r.m.countRequest(pathRelayed)
 		s.reply(a.status, [][2]string{{"content-type", ct}}, a.body)
 		return
 	}

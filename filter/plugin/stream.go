@@ -140,7 +140,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	// Pause: with allow_on_headers_stop_iteration Envoy keeps calling
 	// OnHttpRequestBody while the headers wait (see checkBodyWait).
 	s.awaitingBody, s.pausedAt = true, time.Now()
-	s.r.m.ways[config.RouteAtBody].Increment(1)
+	s.r.m.countWay(config.RouteAtBody)
 	return types.ActionPause
 }
 
@@ -152,7 +152,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 // when the client got a 503 (no decoder).
 func (s *stream) continueAtHeaders() bool {
 	s.early = true
-	s.r.m.ways[config.RouteAtHeaders].Increment(1)
+	s.r.m.countWay(config.RouteAtHeaders)
 	s.setRequestID()
 	if !s.pickDecode(nil, time.Now()) {
 		return false
@@ -167,7 +167,7 @@ func (s *stream) continueAtHeaders() bool {
 // where an OpenAI server runs (/v1/models, /health, …).
 func (s *stream) passthrough() types.Action {
 	s.route = pathPassthrough
-	s.r.m.requests[pathPassthrough].Increment(1)
+	s.r.m.countRequest(pathPassthrough)
 	if !s.pickDecode(nil, time.Now()) {
 		return types.ActionPause
 	}
@@ -462,7 +462,7 @@ func (s *stream) toDecoder(edit connector.BodyEdit, route string) {
 		s.routeTo(s.decodeEP)
 	}
 	s.route = route
-	s.r.m.requests[route].Increment(1)
+	s.r.m.countRequest(route)
 }
 
 // editBody applies a connector edit to Envoy's request buffer and fixes
@@ -561,7 +561,7 @@ func (s *stream) reply(status int, headers [][2]string, body []byte) {
 	if s.route == "" {
 		// every request lands in one requests.* counter
 		s.route = pathError
-		s.r.m.requests[pathError].Increment(1)
+		s.r.m.countRequest(pathError)
 	}
 	s.localReply = true
 	s.r.m.localReply(status)
@@ -639,7 +639,7 @@ func (s *stream) OnHttpStreamDone() {
 	if s.lm != nil {
 		s.lmcacheDone()
 	}
-	delete(s.r.streams, s.id)
+	s.r.forget(s)
 }
 
 // releaseAll ends both leases (idempotent).

@@ -77,11 +77,36 @@ func ParsePairs(b []byte) ([][2]string, error) {
 // malformed b is an error and fn never runs). key and value are sub-slices
 // of b: nothing is copied or allocated.
 func EachPair(b []byte, fn func(key, value []byte)) error {
-	count, err := checkPairs(b)
-	if err != nil {
+	// checkPairs's test, here again so that a header read runs one function
+	// of this package: the well-formed input is checked in this loop, any
+	// other is left to checkPairs for its error.
+	if len(b) == 0 || (len(b) == 1 && b[0] == 0) {
+		return nil
+	}
+	if len(b) < 4 {
+		_, err := checkPairs(b)
 		return err
 	}
+	c := uint64(binary.LittleEndian.Uint32(b))
+	if c > uint64(len(b)-4)/10 {
+		_, err := checkPairs(b)
+		return err
+	}
+	count := int(c)
 	data := 4 + 8*count
+	for i := range 2 * count {
+		n := uint64(binary.LittleEndian.Uint32(b[4+4*i:]))
+		if n >= uint64(len(b)-data) || b[data+int(n)] != 0 {
+			_, err := checkPairs(b)
+			return err
+		}
+		data += int(n) + 1
+	}
+	if data != len(b) {
+		_, err := checkPairs(b)
+		return err
+	}
+	data = 4 + 8*count
 	for i := range count {
 		k := int(binary.LittleEndian.Uint32(b[4+8*i:]))
 		v := int(binary.LittleEndian.Uint32(b[8+8*i:]))
@@ -99,29 +124,42 @@ func checkPairs(b []byte) (int, error) {
 		return 0, nil
 	}
 	if len(b) < 4 {
-		return 0, fmt.Errorf("%w: %d bytes, want at least 4", ErrMalformedPairs, len(b))
+		return 0, malformed("%d bytes, want at least 4", len(b))
 	}
 	count := uint64(binary.LittleEndian.Uint32(b))
 	// Each pair needs 8 size bytes and 2 NULs: bound count before allocating.
 	if count > uint64(len(b)-4)/10 {
-		return 0, fmt.Errorf("%w: count %d does not fit in %d bytes", ErrMalformedPairs, count, len(b))
+		return 0, malformed("count %d does not fit in %d bytes", int(count), len(b))
 	}
 	data := 4 + 8*int(count)
 	for i := range int(count) {
 		for j := range 2 {
 			n := uint64(binary.LittleEndian.Uint32(b[4+8*i+4*j:]))
 			if n >= uint64(len(b)-data) {
-				return 0, fmt.Errorf("%w: pair %d overruns the buffer", ErrMalformedPairs, i)
+				return 0, malformed("pair %d overruns the buffer", i)
 			}
 			end := data + int(n)
 			if b[end] != 0 {
-				return 0, fmt.Errorf("%w: pair %d is not NUL-terminated", ErrMalformedPairs, i)
+				return 0, malformed("pair %d is not NUL-terminated", i)
 			}
 			data = end + 1
 		}
 	}
 	if data != len(b) {
-		return 0, fmt.Errorf("%w: %d trailing bytes", ErrMalformedPairs, len(b)-data)
+		return 0, malformed("%d trailing bytes", len(b)-data)
 	}
 	return int(count), nil
+}
+
+// malformed is checkPairs's error, built out of line: fmt's boxing of the
+// arguments at every return would otherwise sit in the function every
+// header read runs.
+//
+//go:noinline
+func malformed(format string, args ...int) error {
+	a := []any{ErrMalformedPairs}
+	for _, x := range args {
+		a = append(a, x)
+	}
+	return fmt.Errorf("%w: "+format, a...)
 }
