@@ -152,9 +152,22 @@ func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
 // cached[i] is how much of the request's prompt endpoint i is known to hold
 // and total the prompt's size, in one unit (lb/prefix gives rendered bytes),
 // or cached nil when nothing is known. Other strategies ignore them: it is
-// Pick(now, prefixKey). It is the one body of both, so that a pick runs one
-// function of this layer rather than two.
+// Pick(now, prefixKey).
 func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
+	l := new(Lease)
+	if err := b.PickInto(l, now, prefixKey, cached, total); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// PickInto is [Balancer.PickCached] writing the lease into *dst rather than
+// a new allocation, for a caller that keeps its leases in its own request
+// object (the filter's stream: a pick then allocates nothing). *dst must
+// not hold a lease still unreleased; on an error it is left as it was. It
+// is the one body of every pick, so that a pick runs one function of this
+// layer rather than two.
+func (b *Balancer) PickInto(dst *Lease, now time.Time, prefixKey uint64, cached []int, total int) error {
 	// cached is per slot, free slots of a discovered pool included
 	view := len(cached) == b.n() && total > 0 && b.cfg.Strategy == CacheAware
 	// b.cached is reset after the pick without a deferred closure (code per
@@ -172,7 +185,7 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 		}
 	} else if len(b.usable) == 0 {
 		b.cached = nil
-		return nil, ErrNoEndpoint
+		return ErrNoEndpoint
 	} else if b.cfg.Strategy == RoundRobin {
 		l.Index = b.rotate(&l) // the default strategy, without choose's switch
 	} else {
@@ -184,13 +197,12 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 		// runs the strategy again, and the work is sent once.
 		b.pending[l.Index] += float64(total-min(max(cached[l.Index], 0), total)) / pendingUnit
 	}
-	out := &Lease{}
-	*out = l
-	out.b = b
-	if out.Decision == ByProbe && b.ownerTTL > 0 {
-		b.probes = append(b.probes, out)
+	*dst = l
+	dst.b = b
+	if dst.Decision == ByProbe && b.ownerTTL > 0 {
+		b.probes = append(b.probes, dst)
 	}
-	return out, nil
+	return nil
 }
 
 func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
