@@ -189,6 +189,10 @@ var callStatus struct {
 // for tests to read, so it is not to be reused.
 const CallBodyCopied = false
 
+// reuseGuards: proxytest keeps the contexts it created and may call them
+// after their end, so a stream's guard is not reused.
+const reuseGuards = false
+
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
 	callBack = guardCallout(caller, callBack)

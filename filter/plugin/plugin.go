@@ -105,8 +105,10 @@ type rootContext struct {
 	// tick-driven deadlines: an idtab.Table rather than a map, as in
 	// filter/abi (less code per request).
 	streams idtab.Table[*stream]
-	scrape  scraper
-	kv      *kvWaiter
+	// free are ended streams kept for reuse (newStream, recycle).
+	free   []*stream
+	scrape scraper
+	kv     *kvWaiter
 	// tickPeriod is the tick the root asked for (ms).
 	tickPeriod uint32
 	// known is what this proxy's Envoy does with the body of a request
@@ -260,7 +262,7 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	if r.disc != nil {
 		r.disc.refresh(r)
 	}
-	s := &stream{r: r, id: id}
+	s := r.newStream(id)
 	r.streams.Put(id, s)
 	return s
 }
