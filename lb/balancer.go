@@ -34,8 +34,12 @@ const (
 // Store; see the package documentation for what is shared and how to release.
 // A Balancer is not safe for concurrent use.
 type Balancer struct {
-	cfg      PoolConfig
-	store    Store
+	cfg   PoolConfig
+	store Store
+	// into is store when it reads into a buffer (IntoStore), else nil;
+	// rbuf is the buffer of the per-pick reads (readKept).
+	into     IntoStore
+	rbuf     []byte
 	rng      *rand.Rand
 	keys     poolKeys
 	nameHash []uint64 // per endpoint, for prefix affinity
@@ -113,6 +117,9 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		health:     make([]healthEntry, n),
 		engineLoad: make([]float64, n),
 		debt:       make([]uint32, n),
+	}
+	if into, ok := store.(IntoStore); ok {
+		b.into, b.rbuf = into, make([]byte, 0, 64)
 	}
 	fp := fnv.New64a()
 	for i, e := range cfg.Endpoints {
@@ -310,6 +317,23 @@ func (b *Balancer) absentCAS() uint32 {
 	return b.anchor
 }
 
+// maxKeptRead bounds rbuf: a pool's rotation and health values are a few
+// bytes per endpoint.
+const maxKeptRead = 4 << 10
+
+// readKept is store.Get of a per-pick key into rbuf: the value is valid
+// until the next readKept, so the caller decodes it first.
+func (b *Balancer) readKept(key string) ([]byte, uint32, error) {
+	if b.into == nil {
+		return b.store.Get(key)
+	}
+	v, cas, err := b.into.GetInto(b.rbuf, key)
+	if cap(v) > cap(b.rbuf) && cap(v) <= maxKeptRead {
+		b.rbuf = v[:0]
+	}
+	return v, cas, err
+}
+
 // read returns the value of key, or nil when it is absent or the store fails.
 func (b *Balancer) read(key string) []byte {
 	v, _, err := b.store.Get(key)
@@ -325,7 +349,7 @@ func (b *Balancer) read(key string) []byte {
 func (b *Balancer) rotate(l *Lease) int {
 	var c uint64
 	for retries := 0; ; {
-		cur, cas, err := b.store.Get(b.keys.rotation)
+		cur, cas, err := b.readKept(b.keys.rotation)
 		if err != nil {
 			if !isErr(err, ErrNotFound) {
 				c = 0

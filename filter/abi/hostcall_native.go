@@ -214,6 +214,12 @@ func joinKey(prefix, key string) string { return prefix + key }
 func getSharedData(prefix, key string) ([]byte, uint32, error) {
 	return proxywasm.GetSharedData(joinKey(prefix, key))
 }
+
+// getSharedDataInto is getSharedData: proxytest returns its own copy.
+func getSharedDataInto(_ []byte, prefix, key string) ([]byte, uint32, error) {
+	return getSharedData(prefix, key)
+}
+
 func setSharedData(prefix, key string, data []byte, cas uint32) error {
 	return proxywasm.SetSharedData(joinKey(prefix, key), data, cas)
 }

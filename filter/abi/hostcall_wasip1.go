@@ -454,6 +454,20 @@ func getSharedData(prefix, key string) ([]byte, uint32, error) {
 	return value, hostWord, nil
 }
 
+// getSharedDataInto is getSharedData into dst's room (arm): a value that
+// does not fit is a new allocation, as without it.
+func getSharedDataInto(dst []byte, prefix, key string) ([]byte, uint32, error) {
+	key = joinKey(prefix, key)
+	hostWord = 0
+	arm(dst, false)
+	ptr, size := ret()
+	value, err := returned(proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord))
+	if err != nil {
+		return nil, 0, err
+	}
+	return value, hostWord, nil
+}
+
 // keyBuf is where joinKey joins shared-data keys.
 var keyBuf []byte
 

@@ -297,6 +297,15 @@ func (d *sharedData) Get(key string) ([]byte, uint32, error) {
 	return v, cas, err
 }
 
+// GetInto is Get into dst's room (lb.IntoStore).
+func (d *sharedData) GetInto(dst []byte, key string) ([]byte, uint32, error) {
+	v, cas, err := abi.GetSharedDataUnderInto(dst, d.prefix, key)
+	if err != nil && (err == types.ErrorStatusNotFound || errors.Is(err, types.ErrorStatusNotFound)) {
+		return nil, 0, lb.ErrNotFound
+	}
+	return v, cas, err
+}
+
 func (d *sharedData) Set(key string, value []byte, cas uint32) error {
 	err := abi.SetSharedDataUnder(d.prefix, key, value, cas)
 	if err != nil && (err == types.ErrorStatusCasMismatch || errors.Is(err, types.ErrorStatusCasMismatch)) {
