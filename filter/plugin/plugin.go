@@ -87,9 +87,6 @@ type rootContext struct {
 	// answer is the buffer nixl/orchestrated prefill answers are read
 	// into (readCallAnswerInto), kept between requests.
 	answer []byte
-	// headerBuf gathers the request header values a stream keeps
-	// (readRequestHeaders), kept between requests.
-	headerBuf []byte
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.

@@ -318,7 +318,7 @@ func (s *stream) reread() (connector.Request, bool) {
 	}
 	req, ok := s.index(body, nil)
 	if ok {
-		s.indexed = req.Detach() // for the next reread
+		s.indexed = req.DetachIn(&s.detached) // for the next reread
 	}
 	return req, ok
 }

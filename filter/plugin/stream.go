@@ -39,7 +39,8 @@ type stream struct {
 	r  *rootContext
 	id uint32
 
-	// From the request headers (readRequestHeaders).
+	// From the request headers (readRequestHeaders): the values alias hdr.
+	hdr                                                 []byte
 	method, path, contentType, authority, authorization string
 	// clientRequestID is the client's x-request-id ("" when none).
 	clientRequestID string
@@ -51,8 +52,10 @@ type stream struct {
 
 	// bodyLen is the request body's length in Envoy's buffer.
 	bodyLen int
-	// indexed is the body's index without its bytes (Detach), for reread.
-	indexed connector.Request
+	// indexed is the body's index without its bytes (Detach), for reread;
+	// its member list lies in detached, which a reused stream keeps.
+	indexed  connector.Request
+	detached connector.Room
 	// tokens is the estimate (-1 when the body has no recognised prompt).
 	tokens int
 	reqID  string
@@ -127,8 +130,11 @@ func (r *rootContext) newStream(id uint32) *stream {
 	s := r.free[n-1]
 	r.free[n-1] = nil
 	r.free = r.free[:n-1]
-	onCall := s.onCall
-	*s = stream{r: r, id: id, onCall: onCall}
+	onCall, hdr, detached := s.onCall, s.hdr[:0], s.detached
+	if cap(hdr) > maxKeptHeaderBuf {
+		hdr = nil
+	}
+	*s = stream{r: r, id: id, onCall: onCall, hdr: hdr, detached: detached}
 	return s
 }
 
@@ -378,7 +384,7 @@ func (s *stream) disaggregate(req connector.Request, body []byte, now time.Time)
 	}
 	// From here the request outlives the callback (reread); a request
 	// served directly never needs its detached index.
-	s.indexed = req.Detach()
+	s.indexed = req.DetachIn(&s.detached)
 	if !s.pickPrefill(body, now) {
 		s.r.m.prefillFailures[config.PrefillNoEndpoint].Increment(1)
 		if s.afterPrefillFailure(config.PrefillNoEndpoint, "") {
