@@ -34,8 +34,12 @@ const (
 // Store; see the package documentation for what is shared and how to release.
 // A Balancer is not safe for concurrent use.
 type Balancer struct {
-	cfg      PoolConfig
-	store    Store
+	cfg   PoolConfig
+	store Store
+	// into is store when it reads into a buffer (IntoStore), else nil;
+	// rbuf is the buffer of the per-pick reads (readKept).
+	into     IntoStore
+	rbuf     []byte
 	rng      *rand.Rand
 	keys     poolKeys
 	nameHash []uint64 // per endpoint, for prefix affinity
@@ -114,6 +118,9 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		engineLoad: make([]float64, n),
 		debt:       make([]uint32, n),
 	}
+	if into, ok := store.(IntoStore); ok {
+		b.into, b.rbuf = into, make([]byte, 0, 64)
+	}
 	fp := fnv.New64a()
 	for i, e := range cfg.Endpoints {
 		fp.Write([]byte(e.Name))
@@ -152,9 +159,22 @@ func (b *Balancer) Pick(now time.Time, prefixKey uint64) (*Lease, error) {
 // cached[i] is how much of the request's prompt endpoint i is known to hold
 // and total the prompt's size, in one unit (lb/prefix gives rendered bytes),
 // or cached nil when nothing is known. Other strategies ignore them: it is
-// Pick(now, prefixKey). It is the one body of both, so that a pick runs one
-// function of this layer rather than two.
+// Pick(now, prefixKey).
 func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, total int) (*Lease, error) {
+	l := new(Lease)
+	if err := b.PickInto(l, now, prefixKey, cached, total); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// PickInto is [Balancer.PickCached] writing the lease into *dst rather than
+// a new allocation, for a caller that keeps its leases in its own request
+// object (the filter's stream: a pick then allocates nothing). *dst must
+// not hold a lease still unreleased; on an error it is left as it was. It
+// is the one body of every pick, so that a pick runs one function of this
+// layer rather than two.
+func (b *Balancer) PickInto(dst *Lease, now time.Time, prefixKey uint64, cached []int, total int) error {
 	// cached is per slot, free slots of a discovered pool included
 	view := len(cached) == b.n() && total > 0 && b.cfg.Strategy == CacheAware
 	// b.cached is reset after the pick without a deferred closure (code per
@@ -172,7 +192,7 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 		}
 	} else if len(b.usable) == 0 {
 		b.cached = nil
-		return nil, ErrNoEndpoint
+		return ErrNoEndpoint
 	} else if b.cfg.Strategy == RoundRobin {
 		l.Index = b.rotate(&l) // the default strategy, without choose's switch
 	} else {
@@ -184,13 +204,12 @@ func (b *Balancer) PickCached(now time.Time, prefixKey uint64, cached []int, tot
 		// runs the strategy again, and the work is sent once.
 		b.pending[l.Index] += float64(total-min(max(cached[l.Index], 0), total)) / pendingUnit
 	}
-	out := &Lease{}
-	*out = l
-	out.b = b
-	if out.Decision == ByProbe && b.ownerTTL > 0 {
-		b.probes = append(b.probes, out)
+	*dst = l
+	dst.b = b
+	if dst.Decision == ByProbe && b.ownerTTL > 0 {
+		b.probes = append(b.probes, dst)
 	}
-	return out, nil
+	return nil
 }
 
 func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
@@ -298,6 +317,23 @@ func (b *Balancer) absentCAS() uint32 {
 	return b.anchor
 }
 
+// maxKeptRead bounds rbuf: a pool's rotation and health values are a few
+// bytes per endpoint.
+const maxKeptRead = 4 << 10
+
+// readKept is store.Get of a per-pick key into rbuf: the value is valid
+// until the next readKept, so the caller decodes it first.
+func (b *Balancer) readKept(key string) ([]byte, uint32, error) {
+	if b.into == nil {
+		return b.store.Get(key)
+	}
+	v, cas, err := b.into.GetInto(b.rbuf, key)
+	if cap(v) > cap(b.rbuf) && cap(v) <= maxKeptRead {
+		b.rbuf = v[:0]
+	}
+	return v, cas, err
+}
+
 // read returns the value of key, or nil when it is absent or the store fails.
 func (b *Balancer) read(key string) []byte {
 	v, _, err := b.store.Get(key)
@@ -313,7 +349,7 @@ func (b *Balancer) read(key string) []byte {
 func (b *Balancer) rotate(l *Lease) int {
 	var c uint64
 	for retries := 0; ; {
-		cur, cas, err := b.store.Get(b.keys.rotation)
+		cur, cas, err := b.readKept(b.keys.rotation)
 		if err != nil {
 			if !isErr(err, ErrNotFound) {
 				c = 0

@@ -32,6 +32,17 @@ type Store interface {
 	Set(key string, value []byte, cas uint32) error
 }
 
+// An IntoStore is a [Store] that can also read a value into the caller's
+// buffer: GetInto returns the value in dst's room when it fits (the value
+// then aliases dst and is the caller's until its next use of dst), else in a
+// new allocation, as Get. A Balancer reads its per-pick keys so (the
+// rotation, the health), decoding each value before its next read: a
+// pick then allocates nothing for them.
+type IntoStore interface {
+	Store
+	GetInto(dst []byte, key string) (value []byte, cas uint32, err error)
+}
+
 // MemStore is an in-memory [Store] that copies Envoy's shared-data behaviour, for
 // tests and benchmarks. It is safe for concurrent use. The zero value is ready.
 type MemStore struct {
@@ -57,6 +68,17 @@ func (m *MemStore) Get(key string) ([]byte, uint32, error) {
 		return nil, 0, ErrNotFound
 	}
 	return append([]byte(nil), e.value...), e.cas, nil
+}
+
+// GetInto implements [IntoStore]: the value is copied into dst's room.
+func (m *MemStore) GetInto(dst []byte, key string) ([]byte, uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[key]
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	return append(dst[:0], e.value...), e.cas, nil
 }
 
 // Set implements [Store].

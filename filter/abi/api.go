@@ -444,6 +444,13 @@ func GetSharedDataUnder(prefix, key string) (value []byte, cas uint32, err error
 	return getSharedData(prefix, key)
 }
 
+// GetSharedDataUnderInto is GetSharedDataUnder reading the value into
+// dst's room when it fits (the value then aliases dst), else into a new
+// allocation.
+func GetSharedDataUnderInto(dst []byte, prefix, key string) (value []byte, cas uint32, err error) {
+	return getSharedDataInto(dst, prefix, key)
+}
+
 // SetSharedDataUnder is SetSharedData(prefix + key, data, cas), as
 // GetSharedDataUnder.
 func SetSharedDataUnder(prefix, key string, data []byte, cas uint32) error {

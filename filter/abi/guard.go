@@ -25,7 +25,12 @@ type guardState struct {
 	// active is the context whose code runs now: set on every callback entry
 	// and by SetEffectiveContext. Http calls are attributed to it.
 	active uint32
+	// free are guards of ended streams kept for reuse (reuseGuards).
+	free []*streamGuard
 }
+
+// maxFreeGuards bounds guards.free.
+const maxFreeGuards = 16
 
 var guards guardState
 
@@ -184,7 +189,15 @@ func (p *pluginGuard) NewHttpContext(contextID uint32) (h types.HttpContext) {
 
 // newStreamGuard registers the guard of a new stream.
 func newStreamGuard(contextID uint32, user types.HttpContext) *streamGuard {
-	s := &streamGuard{id: contextID, user: user}
+	var s *streamGuard
+	if n := len(guards.free); n > 0 {
+		s = guards.free[n-1]
+		guards.free[n-1] = nil
+		guards.free = guards.free[:n-1]
+		*s = streamGuard{id: contextID, user: user}
+	} else {
+		s = &streamGuard{id: contextID, user: user}
+	}
 	guards.streams.Put(contextID, s) // replaces a stream the host never ended
 	return s
 }
@@ -314,7 +327,9 @@ func (s *streamGuard) OnHttpResponseTrailers(numTrailers int) types.Action {
 
 // OnHttpStreamDone runs even for a failed stream so the plugin can release
 // what the stream holds; a panic here is only logged. The stream leaves the
-// registry: a late http-call answer for it is dropped.
+// registry: a late http-call answer for it is dropped. In the wasm module
+// the registry was the guard's only holder, so the guard is kept for the
+// next stream (reuseGuards).
 func (s *streamGuard) OnHttpStreamDone() {
 	guards.streams.Delete(s.id)
 	guards.active = s.id
@@ -324,6 +339,10 @@ func (s *streamGuard) OnHttpStreamDone() {
 		}
 	}()
 	s.user.OnHttpStreamDone()
+	if reuseGuards && len(guards.free) < maxFreeGuards {
+		s.user = nil
+		guards.free = append(guards.free, s)
+	}
 }
 
 // guardCallout wraps an http-call callback dispatched by context caller

@@ -189,6 +189,10 @@ var callStatus struct {
 // for tests to read, so it is not to be reused.
 const CallBodyCopied = false
 
+// reuseGuards: proxytest keeps the contexts it created and may call them
+// after their end, so a stream's guard is not reused.
+const reuseGuards = false
+
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
 	callBack = guardCallout(caller, callBack)
@@ -210,6 +214,12 @@ func joinKey(prefix, key string) string { return prefix + key }
 func getSharedData(prefix, key string) ([]byte, uint32, error) {
 	return proxywasm.GetSharedData(joinKey(prefix, key))
 }
+
+// getSharedDataInto is getSharedData: proxytest returns its own copy.
+func getSharedDataInto(_ []byte, prefix, key string) ([]byte, uint32, error) {
+	return getSharedData(prefix, key)
+}
+
 func setSharedData(prefix, key string, data []byte, cas uint32) error {
 	return proxywasm.SetSharedData(joinKey(prefix, key), data, cas)
 }

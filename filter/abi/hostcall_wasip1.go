@@ -411,6 +411,11 @@ func sendLocalResponse(code uint32, details string, headers [][2]string, body []
 // returns (Envoy's proxy_http_call does), so the caller may reuse it.
 const CallBodyCopied = true
 
+// reuseGuards: the module's only reference to a stream's guard is
+// guards.streams (proxy_on_context_create drops the one it is given), so
+// an ended stream's guard can serve the next stream.
+const reuseGuards = true
+
 func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeout uint32, caller uint32, callBack func(int, int, int)) (uint32, error) {
 	h := outPairs(headers)
@@ -441,6 +446,20 @@ func getStatus() (uint32, string, error) {
 func getSharedData(prefix, key string) ([]byte, uint32, error) {
 	key = joinKey(prefix, key)
 	hostWord = 0
+	ptr, size := ret()
+	value, err := returned(proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord))
+	if err != nil {
+		return nil, 0, err
+	}
+	return value, hostWord, nil
+}
+
+// getSharedDataInto is getSharedData into dst's room (arm): a value that
+// does not fit is a new allocation, as without it.
+func getSharedDataInto(dst []byte, prefix, key string) ([]byte, uint32, error) {
+	key = joinKey(prefix, key)
+	hostWord = 0
+	arm(dst, false)
 	ptr, size := ret()
 	value, err := returned(proxyGetSharedData(stringPtr(key), uint32(len(key)), ptr, size, &hostWord))
 	if err != nil {

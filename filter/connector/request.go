@@ -126,9 +126,19 @@ func isControlField(key string) bool {
 // hash of the bytes they point at (the keys, each value's first byte, the
 // closing brace), so that a stream paused for a prefill holds no copy of a
 // body the proxy holds anyway. Rebind puts the bytes back.
-func (r Request) Detach() Request {
+func (r Request) Detach() Request { return r.DetachIn(nil) }
+
+// DetachIn is Detach listing the members in room (nil: a fresh
+// allocation), which must not be the room r was indexed in. The Detached
+// Request then lives until room's next use.
+func (r Request) DetachIn(room *Room) Request {
 	o := r.Body
-	o.members = slices.Clone(o.members)
+	if room != nil {
+		o.members = append(room.members[:0], o.members...)
+		room.members = o.members[:0]
+	} else {
+		o.members = slices.Clone(o.members)
+	}
 	o.head = o.decodeHead()
 	o.srcLen, o.sum, o.headSum = len(o.src), o.checksum(o.src, len(o.members), true), o.checksum(o.src, o.headMembers(), false)
 	for i := range o.members {

@@ -58,19 +58,22 @@ func keptHeader(key []byte) int {
 	return -1
 }
 
-// maxKeptHeaderBuf bounds the buffer a root keeps to gather header values
-// in (wasm memory never shrinks); a larger gathering is not kept.
-const maxKeptHeaderBuf = 4 << 10
+// maxKeptHeaderBuf bounds the header buffer a reused stream keeps (wasm
+// memory never shrinks); a larger one goes with the stream's reset.
+const maxKeptHeaderBuf = 1 << 10
 
 // readRequestHeaders reads the request headers in one host call and sets
 // the stream's header fields. The first value of each counts, as
 // proxy_get_header_map_value would return it. The kept values are gathered
-// in the root's buffer and copied out in one allocation.
+// in the stream's own buffer, which the fields alias: it lives as long as
+// the stream object and is only rewritten when the object, reset, serves
+// another stream (newStream), so a reused stream reads its headers without
+// an allocation.
 func (s *stream) readRequestHeaders() requestHead {
 	var h requestHead
 	var spans [keptCount]struct{ at, n int }
 	var seen [keptCount]bool
-	buf := s.r.headerBuf[:0]
+	buf := s.hdr[:0]
 	route := s.cfg().RouteHeader
 	_ = abi.VisitHttpRequestHeaders(func(key, value []byte) {
 		if i := keptHeader(key); i >= 0 {
@@ -88,10 +91,8 @@ func (s *stream) readRequestHeaders() requestHead {
 			h.routeHeader = true
 		}
 	})
-	all := string(buf)
-	if cap(buf) <= maxKeptHeaderBuf {
-		s.r.headerBuf = buf[:0]
-	}
+	s.hdr = buf
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
 	var v [keptCount]string
 	for i, sp := range spans {
 		v[i] = all[sp.at : sp.at+sp.n]

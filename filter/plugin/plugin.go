@@ -87,9 +87,6 @@ type rootContext struct {
 	// answer is the buffer nixl/orchestrated prefill answers are read
 	// into (readCallAnswerInto), kept between requests.
 	answer []byte
-	// headerBuf gathers the request header values a stream keeps
-	// (readRequestHeaders), kept between requests.
-	headerBuf []byte
 	// prefill and decode balance the pools; their state is in shared data.
 	prefill, decode *lb.Balancer
 	// store is shared data under cfg.SharedDataPrefix.
@@ -105,8 +102,10 @@ type rootContext struct {
 	// tick-driven deadlines: an idtab.Table rather than a map, as in
 	// filter/abi (less code per request).
 	streams idtab.Table[*stream]
-	scrape  scraper
-	kv      *kvWaiter
+	// free are ended streams kept for reuse (newStream, recycle).
+	free   []*stream
+	scrape scraper
+	kv     *kvWaiter
 	// tickPeriod is the tick the root asked for (ms).
 	tickPeriod uint32
 	// known is what this proxy's Envoy does with the body of a request
@@ -260,7 +259,7 @@ func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {
 	if r.disc != nil {
 		r.disc.refresh(r)
 	}
-	s := &stream{r: r, id: id}
+	s := r.newStream(id)
 	r.streams.Put(id, s)
 	return s
 }
@@ -289,6 +288,15 @@ func newSharedData(prefix string) *sharedData {
 func (d *sharedData) Get(key string) ([]byte, uint32, error) {
 	v, cas, err := abi.GetSharedDataUnder(d.prefix, key)
 	// abi returns the status errors themselves: == spares errors.Is
+	if err != nil && (err == types.ErrorStatusNotFound || errors.Is(err, types.ErrorStatusNotFound)) {
+		return nil, 0, lb.ErrNotFound
+	}
+	return v, cas, err
+}
+
+// GetInto is Get into dst's room (lb.IntoStore).
+func (d *sharedData) GetInto(dst []byte, key string) ([]byte, uint32, error) {
+	v, cas, err := abi.GetSharedDataUnderInto(dst, d.prefix, key)
 	if err != nil && (err == types.ErrorStatusNotFound || errors.Is(err, types.ErrorStatusNotFound)) {
 		return nil, 0, lb.ErrNotFound
 	}

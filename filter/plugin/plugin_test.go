@@ -590,3 +590,54 @@ func TestLMCacheClientTokenIDsOutliveTheBodyRead(t *testing.T) {
 		}
 	})
 }
+
+// A stream object serves the next stream once it ended (newStream): the
+// next request must carry nothing of the previous one, and a stream whose
+// prefill is still pending when it ends must not be handed to another
+// request, whose state the late answer would then change.
+func TestReusedStreamsStartClean(t *testing.T) {
+	run(t, nixlConfig, func(t *testing.T, h filtertest.Harness) {
+		body := longBody()
+		answer := []byte(`{"id":"cmpl-1","choices":[{"text":"x"}],"kv_transfer_params":` + kvParams + `}`)
+		id, _ := send(t, h, "/v1/completions", body, [2]string{"x-request-id", "client-id-1"}, [2]string{"authorization", "Bearer k"})
+		h.CallOnHttpCallResponse(onlyCallout(t, h, id).ID, [][2]string{{":status", "200"}}, nil, answer)
+		h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+		h.CompleteHttpContext(id)
+
+		// The client leaves while the second request's prefill runs.
+		gone, _ := send(t, h, "/v1/completions", body)
+		late := onlyCallout(t, h, gone)
+		if v, ok := get(late.Headers, "authorization"); ok {
+			t.Errorf("second request's prefill carries the first's authorization %q", v)
+		}
+		if v, _ := get(late.Headers, "x-request-id"); v == "client-id-1" || v == "" {
+			t.Errorf("second request's x-request-id %q, want a fresh one", v)
+		}
+		h.CompleteHttpContext(gone)
+
+		next, a := send(t, h, "/v1/completions", body)
+		if a != types.ActionPause {
+			t.Fatalf("third request: body action %v, want Pause while prefilling", a)
+		}
+		c := onlyCallout(t, h, next)
+		h.CallOnHttpCallResponse(late.ID, [][2]string{{":status", "200"}}, nil, answer)
+		if a := h.GetCurrentHttpStreamAction(next); a != types.ActionPause {
+			t.Fatalf("the ended stream's late answer changed the next request (action %v)", a)
+		}
+		if got := h.GetCurrentRequestBody(next); string(got) != body {
+			t.Fatalf("the ended stream's late answer edited the next request's body: %s", got)
+		}
+		h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}}, nil, answer)
+		if a := h.GetCurrentHttpStreamAction(next); a != types.ActionContinue {
+			t.Fatalf("third request not resumed by its own answer (action %v)", a)
+		}
+		h.CallOnResponseHeaders(next, [][2]string{{":status", "200"}}, false)
+		if v, _ := get(h.GetCurrentResponseHeaders(next), "x-pdroute-path"); v != "disagg" {
+			t.Errorf("third request's path %q, want disagg", v)
+		}
+		h.CompleteHttpContext(next)
+		if n := counter(t, h, "pdroute.requests.disagg"); n != 2 {
+			t.Errorf("disagg counted %d times, want 2", n)
+		}
+	})
+}

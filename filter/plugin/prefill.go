@@ -73,8 +73,8 @@ func keepContentType(v []byte) string {
 // and credentials. onAnswer runs later, with this stream as effective
 // context. With answerBuf the answer's body is read into that kept buffer
 // (readCallAnswerInto): onAnswer must not keep it. onAnswer is a method
-// expression ((*stream).onNIXLAnswer), not a method value: the callback
-// closure is then the call's one allocation.
+// expression ((*stream).onNIXLAnswer), not a method value, and the
+// callback is the stream's own onCall: a call allocates no closure.
 func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, timeout time.Duration,
 	answerBuf *[]byte, onAnswer func(*stream, callAnswer)) error {
 	cluster, dst := s.cfg().Upstream(e)
@@ -94,9 +94,22 @@ func (s *stream) dispatch(e *config.Endpoint, method, path string, body []byte, 
 	if dst != "" {
 		headers = append(headers, [2]string{originalDstHeader, dst})
 	}
-	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond),
-		func(numHeaders, bodySize, _ int) { onAnswer(s, readCallAnswerInto(numHeaders, bodySize, answerBuf)) })
+	if s.onCall == nil {
+		s.onCall = s.callAnswered
+	}
+	s.onAnswer, s.answerBuf = onAnswer, answerBuf
+	_, err := abi.DispatchHttpCall(cluster, headers, body, nil, uint32(timeout/time.Millisecond), s.onCall)
+	if err == nil {
+		s.calls++
+	}
 	return err
+}
+
+// callAnswered is the callback of the stream's pending http call: the
+// answer read (into the kept buffer dispatch was given), then onAnswer.
+func (s *stream) callAnswered(numHeaders, bodySize, _ int) {
+	s.calls--
+	s.onAnswer(s, readCallAnswerInto(numHeaders, bodySize, s.answerBuf))
 }
 
 // callAuthority is the :authority of a call to e: the client's, so engines
@@ -305,7 +318,7 @@ func (s *stream) reread() (connector.Request, bool) {
 	}
 	req, ok := s.index(body, nil)
 	if ok {
-		s.indexed = req.Detach() // for the next reread
+		s.indexed = req.DetachIn(&s.detached) // for the next reread
 	}
 	return req, ok
 }
