@@ -23,7 +23,6 @@ package tokenest
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 )
@@ -145,8 +144,12 @@ const (
 
 // shapeOf maps a request path (query string ignored) to its shape.
 func shapeOf(path string) (shape, bool) {
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
+	// a loop rather than strings.IndexAny: one function fewer per request
+	for i := range len(path) {
+		if path[i] == '?' || path[i] == '#' {
+			path = path[:i]
+			break
+		}
 	}
 	switch path {
 	case "/v1/completions":
