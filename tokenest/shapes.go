@@ -85,9 +85,9 @@ func (t *tally) walk(body []byte, sh shape) error {
 // Members each shape reads, in the order it reads them.
 var (
 	completionKeys = newKeys("prompt")
-	generateKeys   = newKeys("text", "input_ids", "image_data")
-	chatKeys       = newKeys("messages", "tools", "functions")
-	responsesKeys  = newKeys("instructions", "input", "tools")
+	generateKeys   = newKeys("text", "input_ids", "image_data?")
+	chatKeys       = newKeys("messages", "tools?", "functions?")
+	responsesKeys  = newKeys("instructions?", "input", "tools?")
 	messageKeys    = newKeys("role", "name?", "content?", "tool_calls?")
 	// a Responses input item: its type, a message's members, a function
 	// call's and a function call output's
