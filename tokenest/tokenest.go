@@ -212,14 +212,25 @@ func estimate(body []byte, path string, m Method, cache *Cache, sample bool, ind
 		return Result{}, ErrUnsupportedPath
 	}
 	index.reset()
-	t := tally{method: m, cache: cache, sample: sample, index: index}
-	err := t.walk(body, sh)
-	if err != nil && err != ErrNotJSON {
-		index.reset()
-		t = tally{method: m, ordered: true, cache: cache, sample: sample, index: index}
-		err = t.walkOrdered(body, sh)
+	// set field by field: a composite literal of the tally (~3 KB, two
+	// Counters) is built aside and copied, in a frame that holds both
+	var t tally
+	t.method, t.cache, t.sample, t.index = m, cache, sample, index
+	if err := t.walk(body, sh); err == ErrNotJSON {
+		return Result{}, err
+	} else if err != nil {
+		return estimateOrdered(body, sh, m, cache, sample, index)
 	}
-	if err != nil {
+	return t.result(), nil
+}
+
+// estimateOrdered is estimate by the ordered walk (see walk.go), in a
+// frame of its own.
+func estimateOrdered(body []byte, sh shape, m Method, cache *Cache, sample bool, index *Index) (Result, error) {
+	index.reset()
+	var t tally
+	t.method, t.ordered, t.cache, t.sample, t.index = m, true, cache, sample, index
+	if err := t.walkOrdered(body, sh); err != nil {
 		return Result{}, err
 	}
 	return t.result(), nil

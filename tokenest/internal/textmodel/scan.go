@@ -32,12 +32,21 @@ func (c *Counter) scan(s []byte, i int, json bool) int {
 	retry := i // where blocks may read again
 	if c.Trace != nil {
 		retry = len(s) // Trace reports pieces one by one: no blocks
-	} else if json && shortString(s, i) {
+	} else if json && len(s)-i >= 16 {
 		// A JSON string that closes within 16 bytes (a one-word
-		// message, a name): fast and step read it, and the block
-		// reader, a large function, is not entered for it. The counts
-		// are the same either way (blocks are optional; FuzzBlocksMatchStep).
-		retry = i + 16
+		// message, a name), its closing quote being the first quote,
+		// backslash or control character of two words: fast and step
+		// read it, and the block reader, a large function, is not
+		// entered for it. The counts are the same either way (blocks
+		// are optional; FuzzBlocksMatchStep). In line: a call costs
+		// what the test saves.
+		x, k := jsonraw.Word(s, i), i
+		if jsonraw.Stops(x) == 0 {
+			x, k = jsonraw.Word(s, i+8), i+8
+		}
+		if st := jsonraw.Stops(x); st != 0 && s[k+bits.TrailingZeros64(st)>>3] == '"' {
+			retry = i + 16
+		}
 	}
 	for i < len(s) {
 		if c.mode == mIdle {
@@ -141,23 +150,6 @@ func (c *Counter) scan(s []byte, i int, json bool) int {
 		return -1
 	}
 	return i
-}
-
-// shortString reports whether the JSON string body at s[i:] has its
-// closing quote within its first 16 bytes, found as the first quote,
-// backslash or control character of two words (a string with an escape
-// there is not short).
-func shortString(s []byte, i int) bool {
-	if len(s)-i < 16 {
-		return false
-	}
-	x := jsonraw.Word(s, i)
-	if jsonraw.Stops(x) == 0 {
-		i += 8
-		x = jsonraw.Word(s, i)
-	}
-	st := jsonraw.Stops(x)
-	return st != 0 && s[i+bits.TrailingZeros64(st)>>3] == '"'
 }
 
 // decodeStrings lets scan hand a JSON string to decoded (tests turn it off
