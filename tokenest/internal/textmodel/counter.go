@@ -42,7 +42,7 @@ const (
 )
 
 // Counter accumulates feature counts over one or more texts. The zero value
-// is ready to use; a Counter is about a kilobyte (1 040 bytes) and lives on
+// is ready to use; a Counter is about a kilobyte and a half (1 552 bytes) and lives on
 // the stack.
 type Counter struct {
 	// counts of all texts since the Counter was made (see End)
@@ -61,6 +61,11 @@ type Counter struct {
 	lastEnglish    float64
 
 	runeBuf [utf8.UTFMax]byte // PartRune's character
+
+	// used: some text was scanned or ended, so that Estimate can tell a
+	// Counter that saw none (a request's tools Counter, often) by one
+	// test instead of comparing all the counts with zero
+	used bool
 
 	// decoded's buffer. A field rather than decoded's local: the
 	// profile's inlining puts decoded into scan, which it calls back with
@@ -120,8 +125,8 @@ func (c *Counter) LastEnglishness() float64 { return c.lastEnglish }
 // still in progress would count in part (the pieces it has finished, as
 // if it were English).
 func (c *Counter) Estimate() int {
-	if c.feat == [NumFeatures]uint32{} && c.sum <= 0 {
-		return 0 // no piece and no added cost (a request's tools Counter, often): no dot product
+	if !c.used && c.sum <= 0 {
+		return 0 // no text and no added cost (a request's tools Counter, often): no dot product
 	}
 	sum := c.Cost()
 	if sum <= 0 {
@@ -187,6 +192,7 @@ func (c *Counter) PartRune(r rune) {
 // groups of counts that most texts leave at zero (Latin words with
 // capitals).
 func (c *Counter) End(pos int) {
+	c.used = true
 	c.flush(pos)
 	feat := (*[NumLatin]uint32)(c.feat[:NumLatin])
 	if c.other != 0 {

@@ -25,6 +25,7 @@ import (
 // extended by loops over byte-class tables. With a Trace, which reports
 // pieces one by one, blocks are not used.
 func (c *Counter) scan(s []byte, i int, json bool) int {
+	c.used = true
 	class := &plainClass
 	if json {
 		class = &jsonClass
