@@ -73,9 +73,12 @@ func (c *Cache) Estimate(body []byte, path string, m Method) (Result, error) {
 // not (one or the other for every tool definition read through the Cache),
 // and the bytes held.
 func (c *Cache) Stats() (hits, misses uint64, held int) {
+	// no defer: the filter calls this twice per request, and a deferred
+	// call is one more function to run (its wrapper)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hits, c.misses, c.held
+	hits, misses, held = c.hits, c.misses, c.held
+	c.mu.Unlock()
+	return hits, misses, held
 }
 
 // lookup reports whether the Cache holds the tool definition at b[v] (with

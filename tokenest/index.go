@@ -1,6 +1,10 @@
 package tokenest
 
-import "github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+import (
+	"math/bits"
+
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
+)
 
 // Read validates b as one JSON object, with the verdicts of EstimateNear's
 // reader (those of gjson.Valid; nesting at most 512 deep), and notes where
@@ -22,9 +26,26 @@ func (x *Index) Read(b []byte) bool {
 		if i >= len(b) || b[i] != '"' {
 			return false
 		}
-		m := Member{Start: i}
-		if m.KeyEnd = jsonraw.SkipString(b, i); m.KeyEnd < 0 {
-			return false
+		// A key of up to 15 bytes without escapes (most keys) in line:
+		// its closing quote is the first quote, backslash or control
+		// character of the two words after the opening one. Others
+		// through SkipString.
+		m := Member{Start: i, KeyEnd: -1}
+		if len(b)-i > 16 {
+			k := i + 1
+			st := jsonraw.Stops(jsonraw.Word(b, k))
+			if st == 0 {
+				k += 8
+				st = jsonraw.Stops(jsonraw.Word(b, k))
+			}
+			if e := k + bits.TrailingZeros64(st)>>3; st != 0 && b[e] == '"' {
+				m.KeyEnd = e + 1
+			}
+		}
+		if m.KeyEnd < 0 {
+			if m.KeyEnd = jsonraw.SkipString(b, i); m.KeyEnd < 0 {
+				return false
+			}
 		}
 		i = jsonraw.SkipSpace(b, m.KeyEnd)
 		if i >= len(b) || b[i] != ':' {

@@ -85,9 +85,9 @@ func (t *tally) walk(body []byte, sh shape) error {
 // Members each shape reads, in the order it reads them.
 var (
 	completionKeys = newKeys("prompt")
-	generateKeys   = newKeys("text", "input_ids", "image_data")
-	chatKeys       = newKeys("messages", "tools", "functions")
-	responsesKeys  = newKeys("instructions", "input", "tools")
+	generateKeys   = newKeys("text", "input_ids", "image_data?")
+	chatKeys       = newKeys("messages", "tools?", "functions?")
+	responsesKeys  = newKeys("instructions?", "input", "tools?")
 	messageKeys    = newKeys("role", "name?", "content?", "tool_calls?")
 	// a Responses input item: its type, a message's members, a function
 	// call's and a function call output's
@@ -316,7 +316,15 @@ func (t *tally) chat(k, v int) (int, error) {
 	if t.kind(v) != jsonraw.Array {
 		return 0, fieldErr("messages", "want an array of messages")
 	}
-	end, n, err := t.array(v, func(i, e int) (int, error) { return t.message(e, "messages", i) })
+	end, n, err := t.array(v, func(i, e int) (int, error) {
+		// a chat message (message's work, in line: one function fewer
+		// per message)
+		if t.kind(e) != jsonraw.Object {
+			return 0, fieldErr(indexed("messages", i), "want an object")
+		}
+		var m members
+		return t.object(e, messageKeys, &m, func(k, v int) (int, error) { return t.messageMember(k, v, "messages", i) })
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -324,16 +332,6 @@ func (t *tally) chat(k, v int) (int, error) {
 		return 0, fieldErr("messages", "empty array")
 	}
 	return end, nil
-}
-
-// message counts the chat message (or Responses message item) at t.b[v],
-// element i of field.
-func (t *tally) message(v int, field string, i int) (int, error) {
-	if t.kind(v) != jsonraw.Object {
-		return 0, fieldErr(indexed(field, i), "want an object")
-	}
-	var m members
-	return t.object(v, messageKeys, &m, func(k, v int) (int, error) { return t.messageMember(k, v, field, i) })
 }
 
 // messageMember reads member k (messageKeys) of a message.

@@ -199,6 +199,18 @@ func keyAt(b []byte, i int, keys *keySet) (k, end int) {
 				return k, i + 2 + len(keys.names[k])
 			}
 		}
+		// another key of at most 15 bytes without an escape (model,
+		// max_tokens, stream, …): its closing quote is the first stop of
+		// the two words, and it is a valid string that no name matches
+		if st := jsonraw.Stops(x0); st != 0 {
+			if e := i + 1 + bits.TrailingZeros64(st)>>3; b[e] == '"' {
+				return -1, e + 1
+			}
+		} else if st := jsonraw.Stops(x1); st != 0 {
+			if e := i + 9 + bits.TrailingZeros64(st)>>3; b[e] == '"' {
+				return -1, e + 1
+			}
+		}
 	} else {
 		for k, name := range keys.names {
 			if e := i + 1 + len(name); e < len(b) && b[e] == '"' && string(b[i+1:e]) == name {

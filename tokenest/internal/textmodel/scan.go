@@ -25,6 +25,7 @@ import (
 // extended by loops over byte-class tables. With a Trace, which reports
 // pieces one by one, blocks are not used.
 func (c *Counter) scan(s []byte, i int, json bool) int {
+	c.used = true
 	class := &plainClass
 	if json {
 		class = &jsonClass
@@ -32,6 +33,21 @@ func (c *Counter) scan(s []byte, i int, json bool) int {
 	retry := i // where blocks may read again
 	if c.Trace != nil {
 		retry = len(s) // Trace reports pieces one by one: no blocks
+	} else if json && len(s)-i >= 16 {
+		// A JSON string that closes within 16 bytes (a one-word
+		// message, a name), its closing quote being the first quote,
+		// backslash or control character of two words: fast and step
+		// read it, and the block reader, a large function, is not
+		// entered for it. The counts are the same either way (blocks
+		// are optional; FuzzBlocksMatchStep). In line: a call costs
+		// what the test saves.
+		x, k := jsonraw.Word(s, i), i
+		if jsonraw.Stops(x) == 0 {
+			x, k = jsonraw.Word(s, i+8), i+8
+		}
+		if st := jsonraw.Stops(x); st != 0 && s[k+bits.TrailingZeros64(st)>>3] == '"' {
+			retry = i + 16
+		}
 	}
 	for i < len(s) {
 		if c.mode == mIdle {
