@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -408,8 +409,13 @@ func (s *stream) setRequestID() {
 	if connector.KeepsRequestID(s.clientRequestID) {
 		s.reqID = s.clientRequestID
 	} else {
+		// From the VM's generator (seeded from WASI random_get at start),
+		// not random_get per request (a host call and its glue): the id
+		// needs uniqueness, not secrecy, and 122 random bits from a PCG
+		// seeded with 128 give it.
 		var random [16]byte
-		_ = abi.RandomBytes(random[:]) // WASI random_get; never fails in Envoy
+		binary.LittleEndian.PutUint64(random[:8], s.r.rng.Uint64())
+		binary.LittleEndian.PutUint64(random[8:], s.r.rng.Uint64())
 		// the id lives in the stream, which lives as long as it
 		connector.PutUUIDv4(&s.uuid, random)
 		s.reqID = unsafe.String(&s.uuid[0], len(s.uuid))
