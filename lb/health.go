@@ -177,7 +177,7 @@ func (b *Balancer) recordOutcome(l *Lease, o Outcome, now time.Time) error {
 	if o == Success && l.Decision != ByProbe && b.noHealth(cur, err) {
 		return nil // no failure counted anywhere: a success changes nothing
 	}
-	t := now.UnixNano()
+	t := Clock(now).UnixNano()
 	_, ok := b.updateFrom(b.keys.health, cur, cas, err, func(cur []byte) []byte {
 		b.decodeHealth(cur)
 		next, changed := b.nextHealth(b.health[l.Index], l, o, t)

@@ -241,3 +241,31 @@ func TestHealthStateStrings(t *testing.T) {
 		t.Fatalf("labels %v, want %v", got, want)
 	}
 }
+
+// A zero time given to Report and Release is the clock's reading when the
+// lease writes (Clock): a failure starts a cool-down from now, not from year
+// 1, and a counted release keeps its owner's row alive.
+func TestZeroTimeReadsClock(t *testing.T) {
+	cfg := testPool(1, RoundRobin)
+	cfg.FailureThreshold = 1
+	b := newTestBalancer(t, NewMemStore(), cfg, 1)
+	l := mustPick(t, b, time.Now(), 0)
+	if err := l.Report(time.Time{}, Failure); err != nil {
+		t.Fatal(err)
+	}
+	l.Release(time.Time{})
+	expectHealth(t, b, time.Now(), 0, CoolingDown, 1)
+
+	store := NewMemStore()
+	b = newTestBalancer(t, store, testPool(2, LeastLoaded), 1)
+	b.SetOwner(7, time.Minute)
+	other := newTestBalancer(t, store, testPool(2, LeastLoaded), 2)
+	other.SetOwner(8, time.Minute)
+	kept := mustPick(t, other, time.Now(), 0)
+	for range 3 {
+		mustPick(t, b, time.Now(), 0).Release(time.Time{})
+	}
+	if got := b.Inflight(kept.Index); got != 1 {
+		t.Fatalf("in flight on %d after zero-time releases: %d, want the other VM's 1", kept.Index, got)
+	}
+}

@@ -89,6 +89,7 @@ func (l *Lease) Endpoint() *Endpoint { return &l.b.cfg.Endpoints[l.Index] }
 // calls on a nil lease, do nothing. Call it as soon as the outcome is known; for a
 // probe it is what restores the endpoint (Success) or restarts its cool-down
 // (Failure). It returns ErrNotRecorded if the shared update could not be made.
+// A zero now reads the clock only if a shared write needs it (see Clock).
 func (l *Lease) Report(now time.Time, o Outcome) error {
 	if l == nil || l.reported || o > Failure {
 		return nil
@@ -102,7 +103,8 @@ func (l *Lease) Report(now time.Time, o Outcome) error {
 // lease, do nothing. Release prefill leases when the prefill answers and decode
 // leases when the stream ends. A probe released without a Report frees the probe
 // slot so that the next pick probes again. If the in-flight count cannot be written
-// now (contention), this VM writes it with its next in-flight update.
+// now (contention), this VM writes it with its next in-flight update. A zero
+// now reads the clock only if a shared write needs it (see Clock).
 func (l *Lease) Release(now time.Time) {
 	if l == nil || l.released {
 		return
@@ -110,9 +112,21 @@ func (l *Lease) Release(now time.Time) {
 	l.released = true
 	l.b.dropProbe(l)
 	if l.counted {
-		l.b.release(l.Index, now)
+		l.b.release(l.Index, Clock(now))
 	}
 	if l.Decision == ByProbe && !l.reported {
 		_ = l.b.recordOutcome(l, outcomeAbandoned, now) // if lost, probeExpiry frees the slot
 	}
+}
+
+// Clock is now, or the clock's reading when now is zero. Report and Release
+// take a zero time from a caller that has not read the clock: the common
+// release (round_robin, nothing counted in flight) and the common report (a
+// success with no failure counted anywhere) write nothing and need no time,
+// and in a wasm VM a reading is two host calls and their glue.
+func Clock(now time.Time) time.Time {
+	if now.IsZero() {
+		return time.Now()
+	}
+	return now
 }

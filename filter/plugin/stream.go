@@ -628,7 +628,6 @@ func (s *stream) reply(status int, headers [][2]string, body []byte) {
 }
 
 func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
-	now := time.Now()
 	head := readResponseHeaders()
 	if !s.localReply && s.decode != nil && !s.decodeReported {
 		s.decodeReported = true
@@ -636,7 +635,8 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 		if head.status >= 500 {
 			outcome = lb.Failure
 		}
-		_ = s.decode.Report(now, outcome)
+		// a zero time: lb reads the clock only if the report writes
+		_ = s.decode.Report(time.Time{}, outcome)
 	}
 	if s.cfg().DebugHeaders && s.route != "" {
 		s.addDebugHeaders()
@@ -699,14 +699,14 @@ func (s *stream) OnHttpStreamDone() {
 	s.r.recycle(s)
 }
 
-// releaseAll ends both leases (idempotent).
+// releaseAll ends both leases (idempotent). The zero time lets lb read the
+// clock only if a release writes (lb.Clock): the common one does not.
 func (s *stream) releaseAll() {
-	now := time.Now()
 	if s.prefill != nil {
-		s.prefill.Release(now)
+		s.prefill.Release(time.Time{})
 	}
 	if s.decode != nil {
-		s.decode.Release(now)
+		s.decode.Release(time.Time{})
 	}
 }
 
