@@ -133,6 +133,13 @@ func (c *Config) DecideCached(method, path, contentType string, estimate, cached
 	if _, ok := c.Match(method, path, contentType); !ok {
 		return Passthrough
 	}
+	return c.DecideMatched(estimate, cached)
+}
+
+// DecideMatched is DecideCached for a request Match already handles (the
+// filter's stream matched it at its headers): Direct or Disaggregate, without
+// matching the method and path again on the body's callback.
+func (c *Config) DecideMatched(estimate, cached int) Route {
 	if c.ThresholdTokens == 0 {
 		return Disaggregate
 	}

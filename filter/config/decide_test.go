@@ -313,6 +313,10 @@ func TestDecideCached(t *testing.T) {
 		if got := tt.c.DecideCached("POST", "/v1/completions", "application/json", tt.estimate, tt.cached); got != tt.want {
 			t.Errorf("%s: DecideCached(%d, %d) = %v, want %v", tt.name, tt.estimate, tt.cached, got, tt.want)
 		}
+		// the filter's body callback decides a matched request so
+		if got := tt.c.DecideMatched(tt.estimate, tt.cached); got != tt.want {
+			t.Errorf("%s: DecideMatched(%d, %d) = %v, want %v", tt.name, tt.estimate, tt.cached, got, tt.want)
+		}
 	}
 	if got := uncached.Decide("POST", "/v1/completions", "", 1200); got != Disaggregate {
 		t.Errorf("Decide without a cache: %v", got)

@@ -357,14 +357,15 @@ func (s *stream) decideBody(body []byte) types.Action {
 func (s *stream) decideRoute() config.Route {
 	cfg := s.cfg()
 	px := s.r.px
+	// the stream is handled: it matched at its headers (cfg.Match)
 	if !s.usePrefix {
-		return cfg.Decide(s.method, s.path, s.contentType, s.tokens)
+		return cfg.DecideMatched(s.tokens, 0)
 	}
 	s.cachedTokens, s.cachedShare = px.cachedTokens(s.decode.Index, s.tokens)
-	route := cfg.DecideCached(s.method, s.path, s.contentType, s.tokens, s.cachedTokens)
+	route := cfg.DecideMatched(s.tokens, s.cachedTokens)
 	px.share.Record(uint64(s.cachedShare*100 + 0.5))
 	label := route.String()
-	if route == config.Direct && cfg.Decide(s.method, s.path, s.contentType, s.tokens) == config.Disaggregate {
+	if route == config.Direct && cfg.DecideMatched(s.tokens, 0) == config.Disaggregate {
 		label = "direct_by_cache"
 	}
 	px.decisions[label].Increment(1)
