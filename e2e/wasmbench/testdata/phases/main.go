@@ -6,15 +6,18 @@
 //	whole     + tokenest reading the whole body (Cache.Estimate), for comparison
 //	estimate  + tokenest as the filter estimates (Cache.EstimateNear, long
 //	            strings in part, noting the top-level members)
-//	index     + connector's Object from that index, sanitised (NewIndexedRequest)
-//	prefill   + the prefill body (connector.NIXLPrefill)
-//	decode    + what the prefill's answer costs: the head of the body the
-//	            edit reads (here none) read again, the index rebound to it,
-//	            the decode edit and its host call
+//	index     + connector's Object from that index, sanitised, in a kept
+//	            room (NewIndexedRequestIn), and detached (DetachIn)
+//	prefill   + the prefill body into a kept buffer (connector.NIXLPrefillTo)
+//	decode    + the decode edit from the detached offsets
+//	            (NIXLDecodeDetached) and its host call
+//
+// Each call is the one the filter makes for such a request (filter/plugin
+// stream.go and prefill.go), into buffers kept per root as the filter's are.
 //
 // The cost of a phase is its row's time minus the row before it
-// (BenchmarkFilterPhasesInWasm; RATIONALE.md, "Where a long request's time
-// goes in wasm").
+// (BenchmarkFilterPhasesInWasm; RATIONALE.md, "Where a request's time goes
+// in wasm").
 package main
 
 import (
@@ -41,6 +44,9 @@ type root struct {
 	phase int
 	cache *tokenest.Cache
 	index tokenest.Index
+	// kept across requests, as the filter keeps them
+	room, detached connector.Room
+	prefill, edit  []byte
 }
 
 func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
@@ -91,34 +97,28 @@ func (s *stream) OnHttpRequestBody(size int, eos bool) types.Action {
 	if s.r.phase < 2 {
 		return types.ActionContinue
 	}
-	req, err := connector.NewIndexedRequest(config.APIChat, body, &s.r.index)
+	r := s.r
+	req, err := connector.NewIndexedRequestIn(config.APIChat, body, &r.index, &r.room)
 	if err != nil {
 		abi.LogErrorf("phases: %v", err)
 		return types.ActionContinue
 	}
-	detached := req.Detach()
-	if s.r.phase < 3 {
+	detached := req.DetachIn(&r.detached)
+	if r.phase < 3 {
 		return types.ActionContinue
 	}
-	if len(connector.NIXLPrefill(req)) == 0 {
+	if r.prefill = connector.NIXLPrefillTo(r.prefill[:0], req); len(r.prefill) == 0 {
 		abi.LogErrorf("phases: empty prefill body")
 	}
-	if s.r.phase < 4 {
+	if r.phase < 4 {
 		return types.ActionContinue
 	}
-	var head []byte // as the filter's rereadHead
-	if n := detached.DecodeHead(); n > 0 {
-		if head, err = abi.GetHttpRequestBody(0, n); err != nil {
-			abi.LogErrorf("phases: %v", err)
-			return types.ActionContinue
-		}
-	}
-	req, ok := detached.RebindHead(head)
+	e, ok := connector.NIXLDecodeDetached(r.edit[:0], detached, kvParams)
 	if !ok {
-		abi.LogErrorf("phases: RebindHead refused the body's head")
+		abi.LogErrorf("phases: the decode edit needs the body's head")
 		return types.ActionContinue
 	}
-	e := connector.NIXLDecode(req, kvParams)
+	r.edit = e.Prefix[:0]
 	if err := abi.EditHttpRequestBody(e.Drain, e.Prefix); err != nil {
 		abi.LogErrorf("phases: %v", err)
 	}
