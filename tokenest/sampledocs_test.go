@@ -49,7 +49,7 @@ func sampledBodies(tb testing.TB) []sampledBody {
 		}
 	}
 	for _, class := range textClasses {
-		for _, tokens := range []int{4 << 10, 6 << 10, 8 << 10, 13 << 10, 32 << 10, 55 << 10, 128 << 10} {
+		for _, tokens := range []int{4 << 10, 6 << 10, 8 << 10, 10 << 10, 13 << 10, 32 << 10, 55 << 10, 128 << 10} {
 			b, err := benchdata.Prompt("testdata/samples", class, tokens)
 			if err != nil {
 				tb.Fatal(err)
@@ -78,7 +78,7 @@ func sampledBodies(tb testing.TB) []sampledBody {
 	}
 	for _, pair := range [][2]string{{"english", "chinese"}, {"chinese", "english"}, {"english", "hindi"}, {"code", "russian"},
 		{"german", "thai"}, {"json", "japanese"}, {"korean", "code"}, {"arabic", "english"}} {
-		for _, tokens := range []int{3 << 10, 8 << 10, 32 << 10} {
+		for _, tokens := range []int{3 << 10, 5 << 10, 8 << 10, 32 << 10} {
 			text := classText(tb, pair[0], tokens) + classText(tb, pair[1], tokens)
 			add("halves", pair[0]+"+"+pair[1]+"/"+strconv.Itoa(tokens>>10)+"k", "/v1/chat/completions", chatText(text))
 		}
