@@ -236,29 +236,29 @@ func SkipStringExtra(b []byte, i int) (end, extra int) {
 			}
 		}
 	}
-	// Plain text two words at a time, then to the first stop of the
-	// word (exact: the lowest), where an escape is stepped over and the
-	// words go on after it, unaligned: no state crosses a word.
+	// Plain text in blocks of 64 bytes, then two words at a time, then to
+	// the first stop of the word (exact: the lowest), where an escape is
+	// stepped over and the words go on after it, unaligned: no state
+	// crosses a word. The byte loop finishes the string's last bytes; after
+	// a stop found by words it stops at once.
 	for i++; ; {
-		var st uint64
-		if len(b)-i >= 16 {
+		for i = plainBlocks(b, i); len(b)-i >= 16; i += 16 {
 			s0, s1 := stopBits(Word(b, i)), stopBits(Word(b, i+8))
-			if (s0|s1)&highs == 0 {
-				i += 16
-				continue
+			if (s0|s1)&highs != 0 {
+				st := s0 & highs
+				if st == 0 {
+					i += 8
+					st = s1 & highs
+				}
+				i += bits.TrailingZeros64(st) >> 3
+				break
 			}
-			if st = s0 & highs; st == 0 {
-				i += 8
-				st = s1 & highs
-			}
-			i += bits.TrailingZeros64(st) >> 3
-		} else {
-			for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
-				i++
-			}
-			if i >= len(b) {
-				return -1, 0
-			}
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++
+		}
+		if i >= len(b) {
+			return -1, 0
 		}
 		switch c := b[i]; {
 		case c == '"':
