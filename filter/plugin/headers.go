@@ -126,8 +126,11 @@ func readResponseHeaders() responseHead {
 		case "content-type":
 			if !contentType {
 				// value lives while this function runs, and
-				// PlainContentType keeps nothing
-				contentType, r.plain = true, config.PlainContentType(unsafe.String(unsafe.SliceData(value), len(value)))
+				// PlainContentType keeps nothing; an engine's usual
+				// answer is JSON, which is not plain, without its call
+				contentType = true
+				r.plain = string(value) != "application/json" &&
+					config.PlainContentType(unsafe.String(unsafe.SliceData(value), len(value)))
 			}
 		}
 	})

@@ -69,6 +69,9 @@ type rootContext struct {
 	// them (agents send theirs with every request); at most
 	// toolCacheBytes.
 	tools *tokenest.Cache
+	// toolHits and toolMisses are tools' counts the metrics hold: one
+	// reading of them per estimate (Stats) gives what it added.
+	toolHits, toolMisses uint64
 	// index is where the top-level members of the body being decided are,
 	// as the estimate found them, and the working index of a prefill
 	// answer's read (one callback at a time uses it; its slice keeps its
@@ -201,7 +204,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 		r.disc = newFollower(cfg)
 		r.disc.refresh(r)
 	}
-	r.tools = tokenest.NewCache(toolCacheBytes)
+	r.tools, r.toolHits, r.toolMisses = tokenest.NewCache(toolCacheBytes), 0, 0
 	r.m = defineMetrics(cfg.Mode)
 	r.scrape = newScraper(cfg)
 	if cfg.Mode == config.ModeLMCache {

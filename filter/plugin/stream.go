@@ -297,10 +297,10 @@ func (s *stream) decideBody(body []byte) types.Action {
 	cfg := s.cfg()
 	s.bodyLen = len(body)
 	s.tokens = -1
-	h0, m0, _ := s.r.tools.Stats()
 	est, err := s.r.tools.EstimateNear(body, s.api.Path(), s.r.method, cfg.ThresholdTokens, &s.r.index)
-	h1, m1, _ := s.r.tools.Stats()
-	s.r.m.toolCache(h0, m0, h1, m1)
+	h, m, _ := s.r.tools.Stats()
+	s.r.m.toolCache(s.r.toolHits, s.r.toolMisses, h, m)
+	s.r.toolHits, s.r.toolMisses = h, m
 	if err == tokenest.ErrNotJSON { // never wrapped (EstimateNear)
 		s.fail(apierr.MalformedJSON, "request body is not a JSON object")
 		return types.ActionPause

@@ -165,7 +165,9 @@ func (s *stream) bodyArrived() {
 	switch {
 	case s.awaitingBody:
 		s.awaitingBody = false
-		s.r.learn(wayWorks, true)
+		if s.r.known != wayWorks { // learn's own test, without its call
+			s.r.learn(wayWorks, true)
+		}
 	case !s.probedAt.IsZero():
 		// Only while nothing is known: once a body came during a pause, a
 		// body right after a probe is a slow client whose bytes met the
