@@ -236,23 +236,30 @@ func SkipStringExtra(b []byte, i int) (end, extra int) {
 			}
 		}
 	}
-	// Plain text in blocks of 64 bytes, then two words at a time, then to
-	// the first stop of the word (exact: the lowest), where an escape is
-	// stepped over and the words go on after it, unaligned: no state
-	// crosses a word. The byte loop finishes the string's last bytes; after
-	// a stop found by words it stops at once.
+	// Plain text in blocks of 64 bytes, then a word at a time, where a
+	// word whose escapes are all of two bytes (\n, \", \\ …, frequent in
+	// code) is passed in place, as CountString does; the closing quote, a
+	// \u escape or an error leaves the words for the byte loop, which also
+	// finishes the string's last bytes.
+	var carry uint64 // the previous word ended with an escaping backslash
 	for i++; ; {
-		for i = plainBlocks(b, i); len(b)-i >= 16; i += 16 {
-			s0, s1 := stopBits(Word(b, i)), stopBits(Word(b, i+8))
-			if (s0|s1)&highs != 0 {
-				st := s0 & highs
-				if st == 0 {
-					i += 8
-					st = s1 & highs
-				}
-				i += bits.TrailingZeros64(st) >> 3
+		for i = plainBlocks(b, i); len(b)-i >= 8; i += 8 {
+			x := Word(b, i)
+			if stops(x) == 0 && carry == 0 {
+				continue
+			}
+			e := uint64(escapeTable[bitsOf(equal(x, '\\'))|carry<<8])
+			escaped := e & 0xFF
+			if bitsOf(equal(x, '"')|below(x, 0x20))&^escaped != 0 || !twoByteEscapes(x, escaped) {
+				i -= int(carry) // from the escaping backslash if it ended the last word
+				carry = 0
 				break
 			}
+			carry = e >> 8
+		}
+		if carry != 0 { // fewer than 8 bytes left after an escaping backslash
+			i--
+			carry = 0
 		}
 		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
 			i++
