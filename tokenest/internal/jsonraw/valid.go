@@ -217,8 +217,8 @@ func SkipString(b []byte, i int) int {
 // surrogate pair's twelve against four): the string's raw length less
 // extra is its length with every \u escape written as UTF-8, a measure of
 // its text that does not depend on how a client escaped it (EstimateNear
-// extrapolates by it). The escapes leave the word loop anyway, so the
-// count costs nothing on plain text.
+// extrapolates by it). Only \u escapes leave the word loop, where they
+// are decoded anyway, so the count costs nothing on other text.
 func SkipStringExtra(b []byte, i int) (end, extra int) {
 	if len(b)-i > 16 {
 		// A string of up to fifteen bytes (most keys and roles): its
