@@ -66,7 +66,7 @@ func NewCache(budget int) *Cache {
 // does not hold yet costs an allocation or two when it is kept; a body
 // whose definitions it holds costs none.
 func (c *Cache) Estimate(body []byte, path string, m Method) (Result, error) {
-	return estimate(body, path, m, c, false, nil)
+	return estimate(body, path, m, c, nil, nil)
 }
 
 // Stats returns the lookups that found a definition and those that did

@@ -1,6 +1,8 @@
 package tokenest
 
 import (
+	"sync"
+
 	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 	"github.com/pdroute/pdroute/tokenest/internal/textmodel"
 )
@@ -33,12 +35,28 @@ import (
 // about 20 KB, a third to two thirds of it: the less of a string is left
 // unread, the less its sample can miss, and the documents of the test from
 // 32 to 64 KB stayed within 2 % (2.9 % at the neighbouring settings).
+//
+// A long prompt is as often many shorter strings: the turns of a
+// conversation, the documents of a RAG prompt, tool results. In a body of
+// at least sampleMin bytes, a string of sampleMinPart bytes up to
+// sampleMin is read in part too, but by the body rather than by itself
+// (see spread): windows at an even stride over the whole body, so that
+// each string has about one window per stride of its length, and the
+// windows of all such strings counted as one text and scaled together.
 const (
 	sampleMin     = 32 << 10 // strings shorter than this are read whole
 	sampleLong    = 64 << 10 // strings shorter than this have sampleFewer windows
 	sampleWindows = 160
 	sampleFewer   = 64
 	sampleWindow  = 320
+	// sampleMinPart is the shortest string a long body's spread reads in
+	// part (shorter ones, names and short turns, are read whole), and
+	// spreadWindows the windows a spread places over a body, at a stride
+	// of at least spreadStride bytes (it reads at most about half of
+	// what it spreads over).
+	sampleMinPart = 1 << 10
+	spreadWindows = 200
+	spreadStride  = 2 * sampleWindow
 	// cutSpace and cutSearch bound the search for a place to cut a window
 	// (see cut).
 	cutSpace  = 128
@@ -54,12 +72,20 @@ const (
 	nearBand = 0.15
 )
 
+// near reports whether an estimate of tokens lies within nearBand of
+// threshold.
+func near(tokens, threshold int) bool {
+	d := float64(tokens - threshold)
+	return d <= nearBand*float64(threshold) && -d <= nearBand*float64(threshold)
+}
+
 // sampledString counts the JSON string at t.b[v] in part, if it is long
-// enough, and returns the offset after it (-1: not valid JSON) and true;
-// false when it is to be read whole.
+// enough (by itself, or as a string of a long body: t.spread), and
+// returns the offset after it (-1: not valid JSON) and true; false when it
+// is to be read whole.
 func (t *tally) sampledString(v int) (int, bool) {
 	b := t.b
-	if len(b)-v < sampleMin {
+	if len(b)-v < sampleMinPart {
 		return 0, false
 	}
 	end, extra := jsonraw.SkipStringExtra(b, v)
@@ -68,7 +94,10 @@ func (t *tally) sampledString(v int) (int, bool) {
 	}
 	lo, hi := v+1, end-1 // the string's raw bytes
 	if hi-lo < sampleMin {
-		return 0, false
+		if hi-lo < sampleMinPart || !t.spread.add(b, v, lo, hi, extra) {
+			return 0, false
+		}
+		return end, true
 	}
 	// on the stack, and zeroed, only for a string read in part (~10 KB)
 	var win tallyWindow
@@ -112,6 +141,143 @@ func (t *tally) sampledString(v int) (int, bool) {
 	t.text.AddCost(int64(float64(w.c.Cost()) * float64(rest-extra) / float64(w.raw-w.extra)))
 	t.sampled = true
 	return end, true
+}
+
+// spread reads the strings of a long body that are too short to be read
+// in part by themselves (sampleMinPart to sampleMin bytes) in part
+// together. Windows of about sampleWindow bytes are placed over the whole
+// body at an even stride (spreadWindows of them, at least spreadStride
+// apart), each at a place drawn by a fixed hash within its stretch of the
+// body as sampledString places them within a string, and those that fall
+// in such a string are read: a string has about one window for each
+// stride of its length, one or none when it is shorter than the stride.
+// Where they fall does not depend on the order the strings are read in.
+// The windows of all the strings are copied into one buffer and counted
+// as one text (so that its Englishness is judged on all of them), and
+// their cost is scaled by the measure of all the strings together
+// (endSpread): the unread part of each string is stood for by the windows
+// of all, as a long string's is by its own.
+//
+// A body whose strings of that length are few next to its stride (most of
+// its text in one long string, say) may have none of its windows land in
+// them: the strings met before the first window are noted (pending) and
+// read whole at the end if no window has landed by then.
+type spread struct {
+	w        tallyWindow
+	n        int // bytes in w.buf, its opening quote included (0: none yet)
+	stride   int
+	measure  int  // of the strings read in part (see sampledString)
+	escapes  bool // some of them has \u escapes
+	failed   bool // the windows did not read as a JSON string: read the body whole
+	pending  [maxPending]int
+	npending int
+}
+
+// maxPending bounds the strings noted before a window lands; beyond it a
+// string is read whole.
+const maxPending = 8
+
+// spreads holds the spreads not in use (EstimateNear takes one for a long
+// body).
+var spreads = sync.Pool{New: func() any { return new(spread) }}
+
+// reset makes p the empty spread of a body of n bytes. The buffer is not
+// cleared: it is written before it is read.
+func (p *spread) reset(n int) {
+	p.w.c, p.w.raw, p.w.extra = textmodel.Counter{}, 0, 0
+	p.n, p.measure, p.escapes, p.failed, p.npending = 0, 0, false, false, 0
+	p.stride = max(n/spreadWindows, spreadStride)
+}
+
+// landed reports whether a window has been read.
+func (p *spread) landed() bool { return p.n > 1 || p.w.raw > 0 }
+
+// add reads the string at b[v] (its raw bytes b[lo:hi], with extra bytes
+// of \u escapes, validated) in part: it copies the windows that fall in
+// it. It returns false, having read nothing, when the string is to be read
+// whole: when a window has no place to cut within cutSearch bytes, or it
+// has no window and too many strings are waiting for one.
+func (p *spread) add(b []byte, v, lo, hi, extra int) bool {
+	if p == nil || p.failed {
+		return false
+	}
+	var wins [sampleMin/spreadStride + 2][2]int
+	nw := 0
+	s := p.stride
+	room := s - sampleWindow - cutSearch // > 0: s ≥ spreadStride
+	for k := lo / s; k*s < hi; k++ {
+		at := k*s + int((uint64(k+1)*0x9E3779B97F4A7C15^uint64(len(b)))*0xBF58476D1CE4E5B9>>33%uint64(room))
+		if at < lo {
+			continue
+		}
+		if at >= hi {
+			break
+		}
+		from := cut(b, at, hi)
+		if from < 0 {
+			return false
+		}
+		to := cut(b, min(from+sampleWindow, hi), hi)
+		if to < 0 {
+			return false
+		}
+		if to > from {
+			if nw == len(wins) {
+				return false // cannot happen: the stride bounds the windows
+			}
+			wins[nw] = [2]int{from, to}
+			nw++
+		}
+	}
+	if nw == 0 && !p.landed() {
+		if p.npending == maxPending {
+			return false
+		}
+		p.pending[p.npending] = v
+		p.npending++
+	}
+	p.measure += hi - lo - extra
+	p.escapes = p.escapes || extra != 0
+	w := &p.w
+	if p.n == 0 {
+		w.buf[0], p.n = '"', 1
+	}
+	for _, win := range wins[:nw] {
+		from, to := win[0], win[1]
+		if p.n+to-from+1 > len(w.buf) {
+			if !w.count(p.n, p.escapes) {
+				p.failed = true
+				return true
+			}
+			p.n = 1
+		}
+		p.n += copy(w.buf[p.n:], b[from:to])
+	}
+	return true
+}
+
+// endSpread adds to the text the cost of the strings the spread read in
+// part: the windows' cost scaled by the strings' measure, or, if no
+// window landed in them, the strings read whole.
+func (t *tally) endSpread() {
+	p := t.spread
+	if p == nil || p.measure == 0 || p.failed {
+		return
+	}
+	if !p.landed() {
+		for _, v := range p.pending[:p.npending] {
+			t.text.JSONString(t.b, v) // validated by sampledString
+		}
+		return
+	}
+	w := &p.w
+	if p.n > 1 && !w.count(p.n, p.escapes) {
+		p.failed = true
+		return
+	}
+	w.c.End(0)
+	t.text.AddCost(int64(float64(w.c.Cost()) * float64(p.measure) / float64(w.raw-w.extra)))
+	t.sampled = true
 }
 
 // cut returns the first offset at or after i (and before hi) where a window
@@ -195,13 +361,17 @@ func (c *Cache) EstimateNear(body []byte, path string, m Method, threshold int, 
 
 func estimateNear(body []byte, path string, m Method, threshold int, cache *Cache, index *Index) (Result, error) {
 	if m != Default || len(body) < sampleMin {
-		return estimate(body, path, m, cache, false, index)
+		return estimate(body, path, m, cache, nil, index)
 	}
-	r, err := estimate(body, path, m, cache, true, index)
-	if err == nil && r.Sampled && threshold > 0 {
-		if d := float64(r.Tokens - threshold); d <= nearBand*float64(threshold) && -d <= nearBand*float64(threshold) {
-			return estimate(body, path, m, cache, false, index)
-		}
+	// pooled rather than on the stack: the tally's pointers leak (escape
+	// analysis does not tell its fields apart), and a spread is ~10 KB
+	sp := spreads.Get().(*spread)
+	sp.reset(len(body))
+	r, err := estimate(body, path, m, cache, sp, index)
+	failed := sp.failed
+	spreads.Put(sp)
+	if err == nil && (failed || r.Sampled && threshold > 0 && near(r.Tokens, threshold)) {
+		return estimate(body, path, m, cache, nil, index)
 	}
 	return r, err
 }

@@ -1,11 +1,13 @@
 package tokenest
 
 import (
+	"bytes"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/pdroute/pdroute/tokenest/internal/benchdata"
+	"github.com/pdroute/pdroute/tokenest/internal/jsonraw"
 )
 
 // sampledMaxError bounds, in percent, how far EstimateNear's extrapolated
@@ -20,8 +22,9 @@ var textClasses = []string{"english", "code", "json", "chinese", "japanese", "ko
 // part, with Estimate on the documents of sampledBodies: prompts of every
 // class from 4k to 128k tokens (also \u-escaped), documents that change
 // language every 150 to 8 000 tokens, prose and code in turns, documents
-// whose second half is in another script (also \u-escaped) and long
-// chats. The difference must stay within sampledMaxError on each. (The
+// whose second half is in another script (also \u-escaped), long chats,
+// and conversations of 3 to 120 turns of every class and of classes in
+// turn (read in part by the body's spread). The difference must stay within sampledMaxError on each. (The
 // accuracy table's samples are all shorter than sampleMin: EstimateNear
 // reads them whole, as Estimate does.)
 func TestSampledAccuracy(t *testing.T) {
@@ -49,9 +52,13 @@ func TestSampledAccuracy(t *testing.T) {
 		if math.Abs(e) > sampledMaxError {
 			t.Errorf("%s %s (%d bytes): sampled %d, whole %d: %+.2f %%, bound ±%.1f %%", c.group, c.name, len(c.b), part.Tokens, whole.Tokens, e, sampledMaxError)
 		}
-		if !part.Sampled && c.group != "chat" && len(c.b) >= sampleMin+1<<10 {
+		if !part.Sampled && c.group != "chat" && !strings.HasPrefix(c.group, "turns") && len(c.b) >= sampleMin+1<<10 {
 			// one string nearly as long as the body: its sample did not fit
 			t.Errorf("%s %s (%d bytes): read whole", c.group, c.name, len(c.b))
+		}
+		if !part.Sampled && strings.HasPrefix(c.group, "turns") && !strings.Contains(c.name, "/8k/") {
+			// turns of 1 KB and more in a body of 100 KB and more
+			t.Errorf("%s %s (%d bytes): read whole, not by the body's spread", c.group, c.name, len(c.b))
 		}
 		if part.Sampled && len(c.b) < sampleMin || whole.Sampled {
 			t.Errorf("%s (%d bytes): Sampled %v, whole %v", c.name, len(c.b), part.Sampled, whole.Sampled)
@@ -67,26 +74,33 @@ func TestSampledAccuracy(t *testing.T) {
 
 // TestEstimateNearThreshold checks that a sampled estimate near the
 // threshold is replaced by the whole reading, and that EstimateNear
-// allocates nothing either way.
+// allocates nothing either way, for a long string and for a conversation
+// read by the body's spread.
 func TestEstimateNearThreshold(t *testing.T) {
 	b, err := benchdata.Prompt("testdata/samples", "code", 55<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, _ := Estimate(b, "/v1/completions", Default)
-	far, _ := EstimateNear(b, "/v1/completions", Default, 4*whole.Tokens, nil)
-	if !far.Sampled {
-		t.Fatalf("threshold far from the estimate: not sampled")
-	}
-	for _, thr := range []int{whole.Tokens, whole.Tokens * 9 / 10, whole.Tokens * 11 / 10} {
-		near, _ := EstimateNear(b, "/v1/completions", Default, thr, nil)
-		if near.Sampled || near != whole {
-			t.Errorf("threshold %d, whole estimate %d: got %+v, want the whole reading %+v", thr, whole.Tokens, near, whole)
+	turns := turnsBody(splitText(classText(t, "english", 32<<10), 20, 1))
+	for _, c := range []struct {
+		path string
+		body []byte
+	}{{"/v1/completions", b}, {"/v1/chat/completions", turns}} {
+		whole, _ := Estimate(c.body, c.path, Default)
+		far, _ := EstimateNear(c.body, c.path, Default, 4*whole.Tokens, nil)
+		if !far.Sampled {
+			t.Fatalf("%s: threshold far from the estimate: not sampled", c.path)
 		}
-	}
-	for _, thr := range []int{0, whole.Tokens} {
-		if n := testing.AllocsPerRun(10, func() { _, _ = EstimateNear(b, "/v1/completions", Default, thr, nil) }); n != 0 {
-			t.Errorf("threshold %d: %.0f allocations per estimate", thr, n)
+		for _, thr := range []int{whole.Tokens, whole.Tokens * 9 / 10, whole.Tokens * 11 / 10} {
+			near, _ := EstimateNear(c.body, c.path, Default, thr, nil)
+			if near.Sampled || near != whole {
+				t.Errorf("%s: threshold %d, whole estimate %d: got %+v, want the whole reading %+v", c.path, thr, whole.Tokens, near, whole)
+			}
+		}
+		for _, thr := range []int{0, whole.Tokens} {
+			if n := testing.AllocsPerRun(10, func() { _, _ = EstimateNear(c.body, c.path, Default, thr, nil) }); n != 0 {
+				t.Errorf("%s: threshold %d: %.0f allocations per estimate", c.path, thr, n)
+			}
 		}
 	}
 	// malformed bodies are still refused: the sampled string is validated whole
@@ -95,25 +109,90 @@ func TestEstimateNearThreshold(t *testing.T) {
 	if _, err := EstimateNear(bad, "/v1/completions", Default, 0, nil); err != ErrNotJSON {
 		t.Errorf("a control byte in the middle of a long prompt: %v, want ErrNotJSON", err)
 	}
+	// and so is every turn of a conversation read by the spread
+	bad = append([]byte(nil), turns...)
+	bad[len(bad)/3] = 0x01
+	if _, err := EstimateNear(bad, "/v1/chat/completions", Default, 0, nil); err != ErrNotJSON {
+		t.Errorf("a control byte in a turn of a long conversation: %v, want ErrNotJSON", err)
+	}
+}
+
+// TestSpreadWithoutWindows checks the spread's fallback: a body whose
+// strings of sampleMinPart to sampleMin bytes are few next to its stride
+// (most of it a long string read in part by itself) may have no window
+// land in them; they are then read whole, so that the estimate is the
+// long string's sample plus their whole reading.
+func TestSpreadWithoutWindows(t *testing.T) {
+	long := classText(t, "english", 128<<10) // a stride of ~2.6 KB
+	turn := classText(t, "english", 300)     // ~1.2 KB
+	alone, _ := EstimateNear(turnsBody([]string{long}), "/v1/chat/completions", Default, 0, nil)
+	found := 0
+	for pad := 0; pad < 2000 && found < 3; pad += 97 {
+		first := strings.Repeat("a ", pad/2) + turn
+		body := turnsBody([]string{first, long})
+		// the first turn's raw bytes, and whether a window of the body's
+		// stride falls in them
+		v := bytes.Index(body, []byte(`"content":"`)) + len(`"content":`)
+		end := jsonraw.SkipString(body, v)
+		var sp spread
+		sp.reset(len(body))
+		if !sp.add(body, v, v+1, end-1, 0) {
+			t.Fatalf("pad %d: the first turn is not read in part", pad)
+		}
+		if sp.landed() {
+			continue
+		}
+		found++
+		part, err := EstimateNear(body, "/v1/chat/completions", Default, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, _ := Estimate(turnsBody([]string{first}), "/v1/chat/completions", Default)
+		// the long turn's sample and the first turn read whole, the
+		// reply primer counted once (±1: each estimate rounds its own sum)
+		if want := alone.Tokens + whole.Tokens - replyPrimer; !part.Sampled || part.Tokens < want-1 || part.Tokens > want+1 {
+			t.Errorf("pad %d: %d tokens (sampled %v), want %d ± 1", pad, part.Tokens, part.Sampled, want)
+		}
+	}
+	if found == 0 {
+		t.Fatal("no padding left the first turn without a window: the test tests nothing")
+	}
+	t.Logf("%d paddings left the first turn without a window", found)
 }
 
 // FuzzEstimateNear puts the input in the middle of a prompt long enough to
-// be read in part, so that the windows cut through it: EstimateNear must
+// be read in part, so that the windows cut through it, and into every turn
+// of a conversation long enough for the body's spread: EstimateNear must
 // accept and refuse what Estimate does, and never panic.
 func FuzzEstimateNear(f *testing.F) {
 	for _, s := range []string{`plain`, `\n\"\\`, `\u4e2d\u6587`, "中文 текст", `\ud83d\ude00`, `\`, "\x01", `"`, `\\\"`} {
 		f.Add([]byte(s))
 	}
 	pad := strings.Repeat("word ", 6<<10)
+	turn := strings.Repeat("word ", 300)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		body := []byte(`{"prompt":"` + pad + string(in) + pad + string(in) + pad + `"}`)
-		whole, errW := Estimate(body, "/v1/completions", Default)
-		part, errP := EstimateNear(body, "/v1/completions", Default, 0, nil)
-		if (errW == nil) != (errP == nil) {
-			t.Fatalf("Estimate: %v, EstimateNear: %v", errW, errP)
+		prompt := []byte(`{"prompt":"` + pad + string(in) + pad + string(in) + pad + `"}`)
+		var chat strings.Builder
+		chat.WriteString(`{"messages":[`)
+		for i := range 24 {
+			if i > 0 {
+				chat.WriteByte(',')
+			}
+			chat.WriteString(`{"role":"user","content":"` + turn + string(in) + turn + `"}`)
 		}
-		if errW == nil && (part.Tokens <= 0) != (whole.Tokens <= 0) {
-			t.Fatalf("whole %d, sampled %d", whole.Tokens, part.Tokens)
+		chat.WriteString(`]}`)
+		for _, c := range []struct {
+			path string
+			body []byte
+		}{{"/v1/completions", prompt}, {"/v1/chat/completions", []byte(chat.String())}} {
+			whole, errW := Estimate(c.body, c.path, Default)
+			part, errP := EstimateNear(c.body, c.path, Default, 0, nil)
+			if (errW == nil) != (errP == nil) {
+				t.Fatalf("%s: Estimate: %v, EstimateNear: %v", c.path, errW, errP)
+			}
+			if errW == nil && (part.Tokens <= 0) != (whole.Tokens <= 0) {
+				t.Fatalf("%s: whole %d, sampled %d", c.path, whole.Tokens, part.Tokens)
+			}
 		}
 	})
 }

@@ -90,5 +90,69 @@ func sampledBodies(tb testing.TB) []sampledBody {
 		}
 		add("chat", "chat/"+strconv.Itoa(tokens>>10)+"k", "/v1/chat/completions", b)
 	}
+	// conversations: a document split into messages of uneven lengths,
+	// and turns that change class from message to message
+	for _, class := range textClasses {
+		for _, tokens := range []int{8 << 10, 32 << 10, 128 << 10} {
+			text := classText(tb, class, tokens)
+			for _, n := range []int{3, 10, 40, 120} {
+				add("turns", class+"/"+strconv.Itoa(tokens>>10)+"k/"+strconv.Itoa(n), "/v1/chat/completions", turnsBody(splitText(text, n, tokens+n)))
+			}
+		}
+	}
+	for _, tokens := range []int{8 << 10, 32 << 10, 128 << 10} {
+		for _, n := range []int{6, 20, 60} {
+			var parts []string
+			per := tokens / n
+			for i := range n {
+				class := textClasses[(i*5)%len(textClasses)]
+				if i%2 == 1 {
+					class = []string{"english", "code", "json"}[i%3]
+				}
+				parts = append(parts, classText(tb, class, per/2+(i*7919)%per))
+			}
+			add("turns/mixed", "mixed/"+strconv.Itoa(tokens>>10)+"k/"+strconv.Itoa(n), "/v1/chat/completions", turnsBody(parts))
+		}
+	}
 	return bodies
+}
+
+// splitText cuts text into n parts of uneven lengths (drawn by seed), at
+// character starts.
+func splitText(text string, n, seed int) []string {
+	var parts []string
+	weights := make([]int, n)
+	sum := 0
+	for i := range weights {
+		weights[i] = 1 + int((uint64(i+seed)*0x9E3779B97F4A7C15)>>59)
+		sum += weights[i]
+	}
+	at := 0
+	for i, w := range weights {
+		end := len(text)
+		if i < n-1 {
+			end = min(len(text), at+len(text)*w/sum)
+			for end < len(text) && (text[end]&0xC0) == 0x80 {
+				end++
+			}
+		}
+		parts = append(parts, text[at:end])
+		at = end
+	}
+	return parts
+}
+
+// turnsBody is a chat whose messages hold parts, user and assistant in
+// turns.
+func turnsBody(parts []string) []byte {
+	var msgs []map[string]string
+	for i, p := range parts {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]string{"role": role, "content": p})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs})
+	return b
 }

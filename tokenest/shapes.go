@@ -38,9 +38,9 @@ type tally struct {
 	bd          Breakdown
 	idPrompt    bool // the input is a token-id prompt
 
-	index   *Index // where the top-level members are, or nil
-	sample  bool   // read long strings in part (EstimateNear)
-	sampled bool   // some string was
+	index   *Index  // where the top-level members are, or nil
+	spread  *spread // read long strings in part (EstimateNear), or nil
+	sampled bool    // some string was
 }
 
 // walk reads body as a request of shape sh.
@@ -102,6 +102,7 @@ func (t *tally) result() Result {
 	if t.method == Chars4 {
 		b.Text += t.chars / 4
 	} else {
+		t.endSpread()
 		b.Text += t.text.Estimate()
 		b.Tools += t.tools.Estimate()
 	}
@@ -124,7 +125,7 @@ func (t *tally) textString(v int) (int, error) {
 		end, n = jsonraw.CountString(t.b, v)
 		t.chars += n
 	default:
-		if t.sample {
+		if t.spread != nil {
 			var ok bool
 			if end, ok = t.sampledString(v); ok {
 				break

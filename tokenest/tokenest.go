@@ -197,13 +197,14 @@ func Supported(path string) bool {
 // key or an error is then read a second time, in the shape's order, to
 // settle which member wins and which error is reported.
 func Estimate(body []byte, path string, m Method) (Result, error) {
-	return estimate(body, path, m, nil, false, nil)
+	return estimate(body, path, m, nil, nil, nil)
 }
 
 // estimate is Estimate, with the tool definitions that cache holds (nil
-// for none), reading long strings in part when sample is set, and noting
-// where the top-level members are in index (nil for none).
-func estimate(body []byte, path string, m Method, cache *Cache, sample bool, index *Index) (Result, error) {
+// for none), reading long strings in part with sp (EstimateNear's; nil:
+// read whole), and noting where the top-level members are in index (nil
+// for none).
+func estimate(body []byte, path string, m Method, cache *Cache, sp *spread, index *Index) (Result, error) {
 	if m > Chars4 {
 		return Result{}, fmt.Errorf("tokenest: invalid method %d", uint8(m))
 	}
@@ -215,21 +216,24 @@ func estimate(body []byte, path string, m Method, cache *Cache, sample bool, ind
 	// set field by field: a composite literal of the tally (~3 KB, two
 	// Counters) is built aside and copied, in a frame that holds both
 	var t tally
-	t.method, t.cache, t.sample, t.index = m, cache, sample, index
+	t.method, t.cache, t.spread, t.index = m, cache, sp, index
 	if err := t.walk(body, sh); err == ErrNotJSON {
 		return Result{}, err
 	} else if err != nil {
-		return estimateOrdered(body, sh, m, cache, sample, index)
+		return estimateOrdered(body, sh, m, cache, sp, index)
 	}
 	return t.result(), nil
 }
 
 // estimateOrdered is estimate by the ordered walk (see walk.go), in a
 // frame of its own.
-func estimateOrdered(body []byte, sh shape, m Method, cache *Cache, sample bool, index *Index) (Result, error) {
+func estimateOrdered(body []byte, sh shape, m Method, cache *Cache, sp *spread, index *Index) (Result, error) {
 	index.reset()
+	if sp != nil {
+		sp.reset(len(body)) // the streaming walk may have added strings
+	}
 	var t tally
-	t.method, t.ordered, t.cache, t.sample, t.index = m, true, cache, sample, index
+	t.method, t.ordered, t.cache, t.spread, t.index = m, true, cache, sp, index
 	if err := t.walkOrdered(body, sh); err != nil {
 		return Result{}, err
 	}

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -87,6 +88,46 @@ func BenchmarkFilterCPU(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkFilterTurns is BenchmarkFilterCPU, disaggregated, on
+// conversations: the same prompts split into 10 or 100 turns, user and
+// assistant in turn, which is how long prompts mostly come (a turn is
+// shorter than the 32 KB from which a string is read in part by itself;
+// tokenest reads such turns in part by the body instead).
+func BenchmarkFilterTurns(b *testing.B) {
+	code := pluginCode(b)
+	for _, row := range []struct{ k, turns int }{{8, 10}, {32, 10}, {32, 100}, {128, 100}} {
+		body := turnsOfTokens(b, row.k, row.turns)
+		answer := prefillAnswer(row.k << 10)
+		b.Run(fmt.Sprintf("%dk/%d", row.k, row.turns), func(b *testing.B) {
+			cpuPerRequest(b, benchDriver(b, code, benchPlugin(0)), body, true, answer)
+		})
+	}
+}
+
+// turnsOfTokens is chatOfTokens's prompt in n turns of equal length.
+func turnsOfTokens(b *testing.B, k, n int) []byte {
+	var m struct {
+		Messages []struct{ Content string }
+	}
+	if err := json.Unmarshal(chatOfTokens(b, k, nil), &m); err != nil {
+		b.Fatal(err)
+	}
+	text := m.Messages[0].Content
+	msgs := make([]map[string]string, n)
+	for i := range msgs {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs[i] = map[string]string{"role": role, "content": text[i*len(text)/n : (i+1)*len(text)/n]}
+	}
+	body, err := json.Marshal(map[string]any{"model": "mock-model", "max_tokens": 4, "messages": msgs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
 }
 
 // BenchmarkFloorCPU runs e2e/floorfilter as BenchmarkFilterCPU runs the
