@@ -43,6 +43,12 @@ import (
 // (see spread): windows at an even stride over the whole body, so that
 // each string has about one window per stride of its length, and the
 // windows of all such strings counted as one text and scaled together.
+// The 165 conversations of the test (3 to 120 turns, of every class and of
+// classes in turn) stayed within 1.31 % with spreadWindows windows, and
+// within 2.2 % at the neighbouring settings (180–240 windows, strides of
+// 512–768 B); 160 windows reached 2.91 % on one. Turns under
+// sampleMinPart are read whole: with 256 B, long chats of short turns
+// reached 2.98 % at a neighbouring setting.
 const (
 	sampleMin     = 32 << 10 // strings shorter than this are read whole
 	sampleLong    = 64 << 10 // strings shorter than this have sampleFewer windows
