@@ -345,9 +345,10 @@ func (w *tallyWindow) count(n int, escapes bool) bool {
 }
 
 // EstimateNear is Estimate for a routing decision against threshold
-// tokens: strings of 32 KB or more are read in part and their estimate
-// extrapolated (see sample.go), unless the estimate so found lies within
-// 15 % of threshold, when the body is read whole. The result and errors
+// tokens: strings of 32 KB or more, and in a body of 32 KB or more strings
+// of 1 KB or more, are read in part and their estimate extrapolated (see
+// sample.go), unless the estimate so found lies within 15 % of threshold,
+// when the body is read whole. The result and errors
 // are Estimate's, the JSON guarantee included; Result.Sampled tells which
 // way it was read. threshold ≤ 0 means no threshold (the decision does not
 // depend on the estimate).

@@ -105,8 +105,9 @@ type Result struct {
 	Exact     bool      `json:"exact"`     // the whole input was token ids, so Tokens is a count
 	Method    Method    `json:"method"`    // the method used
 	Breakdown Breakdown `json:"breakdown"` // where Tokens come from
-	// Sampled reports that EstimateNear read a long string in part and
-	// extrapolated (never for Estimate).
+	// Sampled reports that EstimateNear read a long string, or the
+	// shorter strings of a long body, in part and extrapolated (never for
+	// Estimate).
 	Sampled bool `json:"sampled,omitempty"`
 }
 
