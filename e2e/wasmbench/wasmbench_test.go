@@ -2,6 +2,7 @@ package wasmbench
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -16,7 +17,12 @@ import (
 // cl100k tokens of a class's checked-in sample texts (tokenest's accuracy
 // samples), repeated: real prose, code and Chinese rather than one sentence
 // over and over, which would let branchy scanners predict every branch.
-func chatBody(tb testing.TB, class string, tokens int) []byte {
+func chatBody(tb testing.TB, class string, tokens int) []byte { return turnsBody(tb, class, tokens, 1) }
+
+// turnsBody is chatBody's text in a conversation of n turns of about equal
+// length (user and assistant in turn), cut at the samples' paragraph
+// breaks.
+func turnsBody(tb testing.TB, class string, tokens, n int) []byte {
 	tb.Helper()
 	data, err := os.ReadFile("../../tokenest/testdata/samples/" + class + ".jsonl")
 	if err != nil {
@@ -39,7 +45,26 @@ func chatBody(tb testing.TB, class string, tokens int) []byte {
 			}
 		}
 	}
-	b, err := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": text.String()}}})
+	all := text.String()
+	var msgs []map[string]string
+	for i, at := 0, 0; i < n; i++ {
+		end := len(all)
+		if i < n-1 {
+			end = max(at, min(len(all), (i+1)*len(all)/n))
+			if k := strings.Index(all[end:], "\n\n"); k >= 0 {
+				end += k + 2
+			} else {
+				end = len(all)
+			}
+		}
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]string{"role": role, "content": all[at:end]})
+		at = end
+	}
+	b, err := json.Marshal(map[string]any{"model": "m", "messages": msgs})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -108,6 +133,12 @@ func BenchmarkTokenestInWasm(b *testing.B) {
 				tokens int
 			}{{"1k", 1 << 10}, {"8k", 8 << 10}, {"32k", 32 << 10}, {"128k", 128 << 10}} {
 				run(b, d, method+"/"+class+"/"+size.name, chatBody(b, class, size.tokens))
+			}
+			if method == "default" || method == "near" {
+				// conversations: the 32k prompt in 10 and 100 turns
+				for _, n := range []int{10, 100} {
+					run(b, d, fmt.Sprintf("%s/%s/32k/%dturns", method, class, n), turnsBody(b, class, 32<<10, n))
+				}
 			}
 		}
 		run(b, d, method+"/29tools", toolsBody(b))
