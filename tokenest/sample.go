@@ -48,7 +48,11 @@ import (
 // within 2.2 % at the neighbouring settings (180–240 windows, strides of
 // 512–768 B); 160 windows reached 2.91 % on one. Turns under
 // sampleMinPart are read whole: with 256 B, long chats of short turns
-// reached 2.98 % at a neighbouring setting.
+// reached 2.98 % at a neighbouring setting. A body whose text is sparse
+// (conversations beside an image of 64 KB to 1 MB sent as a data URL) had
+// too few windows land in its turns: up to 7.4 % off, and 3.2 % with 64 of
+// them covering a sixth; minSpreadWindows reads those whole, and the test's
+// 36 such bodies stay within 1.11 % (1.27 % and 1.80 % at 96 and 80).
 const (
 	sampleMin     = 32 << 10 // strings shorter than this are read whole
 	sampleLong    = 64 << 10 // strings shorter than this have sampleFewer windows
@@ -63,6 +67,11 @@ const (
 	sampleMinPart = 1 << 10
 	spreadWindows = 200
 	spreadStride  = 2 * sampleWindow
+	// minSpreadWindows is the least sample a spread extrapolates from:
+	// its windows over the share of the strings they leave unread (w /
+	// (1 − f)), which stands for the sampling error of reading part of a
+	// finite text. Fewer, and the strings are read whole.
+	minSpreadWindows = 112
 	// cutSpace and cutSearch bound the search for a place to cut a window
 	// (see cut).
 	cutSpace  = 128
@@ -164,24 +173,25 @@ func (t *tally) sampledString(v int) (int, bool) {
 // (endSpread): the unread part of each string is stood for by the windows
 // of all, as a long string's is by its own.
 //
-// A body whose strings of that length are few next to its stride (most of
-// its text in one long string, say) may have none of its windows land in
-// them: the strings met before the first window are noted (pending) and
-// read whole at the end if no window has landed by then.
+// A body whose text is sparse next to its size (an image sent as a data
+// URL beside a conversation, large tool definitions, most of its text in
+// one long string) has few of its windows land in such strings, too few
+// to stand for them: then (minSpreadWindows) the strings, whose offsets
+// the spread keeps, are read whole at the end instead.
 type spread struct {
-	w        tallyWindow
-	n        int // bytes in w.buf, its opening quote included (0: none yet)
-	stride   int
-	measure  int  // of the strings read in part (see sampledString)
-	escapes  bool // some of them has \u escapes
-	failed   bool // the windows did not read as a JSON string: read the body whole
-	pending  [maxPending]int
-	npending int
+	w       tallyWindow
+	n       int // bytes in w.buf, its opening quote included (0: none yet)
+	stride  int
+	windows int   // copied
+	strs    []int // the strings' offsets, at most maxSpreadStrings
+	measure int   // of the strings read in part (see sampledString)
+	escapes bool  // some of them has \u escapes
+	failed  bool  // the windows did not read as a JSON string: read the body whole
 }
 
-// maxPending bounds the strings noted before a window lands; beyond it a
-// string is read whole.
-const maxPending = 8
+// maxSpreadStrings bounds the strings a spread reads in part (and the
+// offsets it keeps); beyond it a string is read whole.
+const maxSpreadStrings = 4096
 
 // spreads holds the spreads not in use (EstimateNear takes one for a long
 // body).
@@ -191,20 +201,17 @@ var spreads = sync.Pool{New: func() any { return new(spread) }}
 // cleared: it is written before it is read.
 func (p *spread) reset(n int) {
 	p.w.c, p.w.raw, p.w.extra = textmodel.Counter{}, 0, 0
-	p.n, p.measure, p.escapes, p.failed, p.npending = 0, 0, false, false, 0
+	p.n, p.windows, p.strs, p.measure, p.escapes, p.failed = 0, 0, p.strs[:0], 0, false, false
 	p.stride = max(n/spreadWindows, spreadStride)
 }
-
-// landed reports whether a window has been read.
-func (p *spread) landed() bool { return p.n > 1 || p.w.raw > 0 }
 
 // add reads the string at b[v] (its raw bytes b[lo:hi], with extra bytes
 // of \u escapes, validated) in part: it copies the windows that fall in
 // it. It returns false, having read nothing, when the string is to be read
-// whole: when a window has no place to cut within cutSearch bytes, or it
-// has no window and too many strings are waiting for one.
+// whole: when a window has no place to cut within cutSearch bytes, or the
+// spread holds maxSpreadStrings strings already.
 func (p *spread) add(b []byte, v, lo, hi, extra int) bool {
-	if p == nil || p.failed {
+	if p == nil || p.failed || len(p.strs) == maxSpreadStrings {
 		return false
 	}
 	var wins [sampleMin/spreadStride + 2][2]int
@@ -235,13 +242,8 @@ func (p *spread) add(b []byte, v, lo, hi, extra int) bool {
 			nw++
 		}
 	}
-	if nw == 0 && !p.landed() {
-		if p.npending == maxPending {
-			return false
-		}
-		p.pending[p.npending] = v
-		p.npending++
-	}
+	p.strs = append(p.strs, v)
+	p.windows += nw
 	p.measure += hi - lo - extra
 	p.escapes = p.escapes || extra != 0
 	w := &p.w
@@ -263,22 +265,25 @@ func (p *spread) add(b []byte, v, lo, hi, extra int) bool {
 }
 
 // endSpread adds to the text the cost of the strings the spread read in
-// part: the windows' cost scaled by the strings' measure, or, if no
-// window landed in them, the strings read whole.
+// part: the windows' cost scaled by the strings' measure, or, if the
+// windows are too few a sample of them (minSpreadWindows), the strings
+// read whole.
 func (t *tally) endSpread() {
 	p := t.spread
-	if p == nil || p.measure == 0 || p.failed {
-		return
-	}
-	if !p.landed() {
-		for _, v := range p.pending[:p.npending] {
-			t.text.JSONString(t.b, v) // validated by sampledString
-		}
+	if p == nil || len(p.strs) == 0 || p.failed {
 		return
 	}
 	w := &p.w
 	if p.n > 1 && !w.count(p.n, p.escapes) {
 		p.failed = true
+		return
+	}
+	p.n = 1
+	f := min(float64(w.raw-w.extra)/float64(p.measure), 0.9) // the share read
+	if float64(p.windows) < minSpreadWindows*(1-f) {
+		for _, v := range p.strs {
+			t.text.JSONString(t.b, v) // validated by sampledString
+		}
 		return
 	}
 	w.c.End(0)

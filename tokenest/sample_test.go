@@ -23,8 +23,9 @@ var textClasses = []string{"english", "code", "json", "chinese", "japanese", "ko
 // class from 4k to 128k tokens (also \u-escaped), documents that change
 // language every 150 to 8 000 tokens, prose and code in turns, documents
 // whose second half is in another script (also \u-escaped), long chats,
-// and conversations of 3 to 120 turns of every class and of classes in
-// turn (read in part by the body's spread). The difference must stay within sampledMaxError on each. (The
+// conversations of 3 to 120 turns of every class and of classes in turn
+// (read in part by the body's spread), and conversations beside an image
+// of up to 1 MB (their text too sparse for the spread: read whole). The difference must stay within sampledMaxError on each. (The
 // accuracy table's samples are all shorter than sampleMin: EstimateNear
 // reads them whole, as Estimate does.)
 func TestSampledAccuracy(t *testing.T) {
@@ -52,12 +53,13 @@ func TestSampledAccuracy(t *testing.T) {
 		if math.Abs(e) > sampledMaxError {
 			t.Errorf("%s %s (%d bytes): sampled %d, whole %d: %+.2f %%, bound ±%.1f %%", c.group, c.name, len(c.b), part.Tokens, whole.Tokens, e, sampledMaxError)
 		}
-		if !part.Sampled && c.group != "chat" && !strings.HasPrefix(c.group, "turns") && len(c.b) >= sampleMin+1<<10 {
+		if !part.Sampled && c.group != "chat" && c.group != "sparse" && !strings.HasPrefix(c.group, "turns") && len(c.b) >= sampleMin+1<<10 {
 			// one string nearly as long as the body: its sample did not fit
 			t.Errorf("%s %s (%d bytes): read whole", c.group, c.name, len(c.b))
 		}
-		if !part.Sampled && strings.HasPrefix(c.group, "turns") && !strings.Contains(c.name, "/8k/") {
-			// turns of 1 KB and more in a body of 100 KB and more
+		if !part.Sampled && strings.HasPrefix(c.group, "turns") && !strings.Contains(c.name, "/8k/") && !strings.HasSuffix(c.name, "/120") {
+			// turns of 1 KB and more in a body of 100 KB and more (in 120
+			// turns some scripts' turns are shorter, and too few)
 			t.Errorf("%s %s (%d bytes): read whole, not by the body's spread", c.group, c.name, len(c.b))
 		}
 		if part.Sampled && len(c.b) < sampleMin || whole.Sampled {
@@ -139,7 +141,7 @@ func TestSpreadWithoutWindows(t *testing.T) {
 		if !sp.add(body, v, v+1, end-1, 0) {
 			t.Fatalf("pad %d: the first turn is not read in part", pad)
 		}
-		if sp.landed() {
+		if sp.windows > 0 {
 			continue
 		}
 		found++

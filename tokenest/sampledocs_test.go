@@ -39,7 +39,9 @@ func chatText(text string) []byte {
 // and whole: prompts of every class from the smallest size read in part
 // to 128k tokens (also \u-escaped), documents that change language every
 // few hundred to few thousand tokens (also \u-escaped), prose and code in
-// turns, documents whose second half is another script, and long chats.
+// turns, documents whose second half is another script, long chats,
+// conversations of 3 to 120 turns, and conversations beside an image sent
+// as a data URL.
 func sampledBodies(tb testing.TB) []sampledBody {
 	var bodies []sampledBody
 	add := func(group, name, path string, b []byte) {
@@ -114,7 +116,40 @@ func sampledBodies(tb testing.TB) []sampledBody {
 			add("turns/mixed", "mixed/"+strconv.Itoa(tokens>>10)+"k/"+strconv.Itoa(n), "/v1/chat/completions", turnsBody(parts))
 		}
 	}
+	// conversations beside an image sent as a data URL: text sparse next
+	// to the body's size
+	for _, class := range []string{"english", "code", "chinese", "german"} {
+		for _, tokens := range []int{2 << 10, 8 << 10, 32 << 10} {
+			parts := splitText(classText(tb, class, tokens), 10, tokens)
+			for _, image := range []int{64 << 10, 256 << 10, 1 << 20} {
+				add("sparse", class+"/"+strconv.Itoa(tokens>>10)+"k/image"+strconv.Itoa(image>>10)+"k", "/v1/chat/completions", imageTurnsBody(parts, image))
+			}
+		}
+	}
 	return bodies
+}
+
+// imageTurnsBody is turnsBody with an image of about size bytes, as a
+// data URL, in the first turn.
+func imageTurnsBody(parts []string, size int) []byte {
+	var msgs []any
+	for i, p := range parts {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		if i == 0 {
+			data := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", size/24)
+			msgs = append(msgs, map[string]any{"role": role, "content": []any{
+				map[string]any{"type": "text", "text": p},
+				map[string]any{"type": "image_url", "image_url": map[string]string{"url": "data:image/png;base64," + data}},
+			}})
+			continue
+		}
+		msgs = append(msgs, map[string]string{"role": role, "content": p})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs})
+	return b
 }
 
 // splitText cuts text into n parts of uneven lengths (drawn by seed), at
