@@ -114,6 +114,9 @@ type rootContext struct {
 	// known is what this proxy's Envoy does with the body of a request
 	// whose headers a filter paused (way.go).
 	known bodyWay
+	// awaiting: some stream was paused for its body at the last tick or
+	// since (an upper bound, kept for setTick).
+	awaiting bool
 	// disc follows the discovery companion (cfg.Discovery set), else nil.
 	disc *follower
 }
@@ -214,12 +217,14 @@ func (r *rootContext) start(cfg *config.Config) error {
 }
 
 // setTick asks for the tick the work needs: 100 ms in lmcache mode (KV-wait
-// deadlines) and while route_at auto has yet to learn the request way (its
-// first requests wait probeAfter at most), else 1 s (scrapes, the body
-// watchdog).
+// deadlines), while route_at auto has yet to learn the request way (its
+// first requests wait probeAfter at most) and while requests paused before
+// the body was found withheld still wait (the next tick continues them),
+// else 1 s (scrapes, the body watchdog).
 func (r *rootContext) setTick() error {
 	period := uint32(1000)
-	if r.kv != nil || r.disc != nil || (r.cfg.RouteAt == config.RouteAtAuto && r.known == wayUnknown) {
+	if r.kv != nil || r.disc != nil || (r.cfg.RouteAt == config.RouteAtAuto && r.known == wayUnknown) ||
+		(r.known == wayWithheld && r.awaiting) {
 		period = 100
 	}
 	if period == r.tickPeriod {
@@ -248,11 +253,15 @@ func (r *rootContext) OnTick() {
 	_ = r.refreshWay() // learn what another VM found
 	// A stream may end inside a host call of the walk (Each allows that;
 	// one visited twice then decides the same again).
+	awaiting := false
 	r.streams.Each(func(_ uint32, s *stream) {
 		if s.awaitingBody {
 			r.asStream(s, func() { s.checkBodyWait(now) })
+			awaiting = awaiting || s.awaitingBody
 		}
 	})
+	r.awaiting = awaiting
+	_ = r.setTick()
 }
 
 func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {

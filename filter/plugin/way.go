@@ -139,8 +139,15 @@ func (r *rootContext) headersWay() bool {
 // waitLimit is how long s may stay paused in its headers without a body
 // callback before it continues the headers way.
 func (r *rootContext) waitLimit() time.Duration {
-	if r.cfg.RouteAt == config.RouteAtAuto && r.way() == wayUnknown {
-		return probeAfter
+	switch r.way() {
+	case wayWithheld:
+		// Found while s waited (by another request of this VM, or by another
+		// VM): its body will not come before the headers continue.
+		return 0
+	case wayUnknown:
+		if r.cfg.RouteAt == config.RouteAtAuto {
+			return probeAfter
+		}
 	}
 	return bodyWatchdog
 }

@@ -256,6 +256,59 @@ func TestAutoLearnsWithheldBody(t *testing.T) {
 	})
 }
 
+// TestAutoReleasesWaitingOnceWithheld: a request that paused for its body
+// before the way was found (here by an earlier request of the same VM; a
+// finding of another VM reaches it through shared data the same way) is
+// continued the headers way at the next tick, not after bodyWatchdog. The
+// tick stays at 100 ms until it is.
+func TestAutoReleasesWaitingOnceWithheld(t *testing.T) {
+	run(t, nixlConfig, func(t *testing.T, h filtertest.Harness) {
+		body := `{"model":"m","prompt":"hello"}`
+		var waiting uint32
+		for attempt := 1; ; attempt++ {
+			first := pauseForBody(t, h, body)
+			time.Sleep(probeAfter + 20*time.Millisecond)
+			h.Tick()
+			probed := time.Now()
+			// Still unknown: this one waits for its body too.
+			waiting = pauseForBody(t, h, body)
+			h.CallOnRequestBody(first, []byte(body), true) // what Envoy had held
+			if time.Since(probed) <= withheldWindow {
+				break
+			}
+			// A stall on a loaded machine: nothing learnt (see
+			// TestAutoLearnsWithheldBody). The waiting request becomes the
+			// next attempt's probe, its body never delivered.
+			if attempt == 5 {
+				t.Fatalf("the machine stalled past withheldWindow in %d attempts", attempt)
+			}
+		}
+		if counter(t, h, "pdroute.route_at.body_withheld") != 1 {
+			t.Fatal("the withheld body was not learnt")
+		}
+		if a := h.GetCurrentHttpStreamAction(waiting); a != types.ActionPause {
+			t.Fatalf("waiting request: action %v before the tick, want Pause", a)
+		}
+		if p := h.GetTickPeriod(); p != 100 {
+			t.Errorf("tick %d ms while a request waits for a withheld body, want 100", p)
+		}
+		h.Tick()
+		if a := h.GetCurrentHttpStreamAction(waiting); a != types.ActionContinue {
+			t.Fatalf("waiting request: action %v after the tick, want Continue (the headers way)", a)
+		}
+		if c, _ := get(h.GetCurrentRequestHeaders(waiting), "x-pdroute-cluster"); !strings.HasPrefix(c, "decode-") {
+			t.Errorf("route header %q", c)
+		}
+		if a := h.CallOnRequestBody(waiting, []byte(body), true); a != types.ActionContinue {
+			t.Fatalf("body: %v", a)
+		}
+		if p := h.GetTickPeriod(); p != 1000 {
+			t.Errorf("tick %d ms once nothing waits, want 1000", p)
+		}
+		noErrors(t, h)
+	})
+}
+
 // TestAutoSlowClient: a body that comes late (a slow client, not Envoy) is
 // served, and teaches nothing.
 func TestAutoSlowClient(t *testing.T) {
