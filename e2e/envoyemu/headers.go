@@ -8,7 +8,10 @@ import (
 // headerMap copies Envoy's HeaderMapImpl semantics that a plugin can observe:
 // keys are lower-cased; pseudo-headers (":path") stay in front of the others
 // in insertion order; get returns the first value; add appends a duplicate;
-// set replaces only the first value (setCopy); remove drops every value.
+// set drops every value and adds the new one (setCopy: remove, then addCopy,
+// in source/common/http/header_map_impl.cc of the Envoy versions emulated;
+// only old ones, before envoy.reloadable_features.http_set_copy_replace_all_headers,
+// replaced the first value in place); remove drops every value.
 type headerMap struct {
 	pairs [][2]string
 }
@@ -53,13 +56,7 @@ func (h *headerMap) add(key, value string) {
 }
 
 func (h *headerMap) set(key, value string) {
-	key = strings.ToLower(key)
-	for i, p := range h.pairs {
-		if p[0] == key {
-			h.pairs[i][1] = value
-			return
-		}
-	}
+	h.remove(key)
 	h.add(key, value)
 }
 

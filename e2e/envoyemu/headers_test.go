@@ -20,16 +20,21 @@ func TestHeaderMap(t *testing.T) {
 	if v, ok := h.get("X-DUP"); !ok || v != "1" {
 		t.Errorf("get = %q, want the first value", v)
 	}
+	h.set("content-type", "b")
 	h.set("x-dup", "3")
-	if !slices.Equal(h.pairs[3:], [][2]string{{"x-dup", "3"}, {"x-dup", "2"}}) {
-		t.Errorf("set replaced %v, want only the first value", h.pairs[3:])
+	if want := [][2]string{{"content-type", "b"}, {"x-dup", "3"}}; !slices.Equal(h.pairs[2:], want) {
+		t.Errorf("set left %v, want %v (every old value dropped, the new one last)", h.pairs[2:], want)
+	}
+	h.set(":path", "/v1")
+	if !slices.Equal(h.pairs[:2], [][2]string{{":method", "GET"}, {":path", "/v1"}}) {
+		t.Errorf("set of a pseudo-header left %v, want it after the other pseudo-headers", h.pairs)
 	}
 	h.set("x-new", "n")
 	h.remove("x-dup")
 	if _, ok := h.get("x-dup"); ok || h.len() != 4 {
 		t.Errorf("remove left %v", h.pairs)
 	}
-	if got := h.byteSize(); got != len(":path/:methodGETcontent-typeax-newn") {
+	if got := h.byteSize(); got != len(":methodGET:path/v1content-typebx-newn") {
 		t.Errorf("byteSize %d", got)
 	}
 	h.replaceAll([][2]string{{"A", "1"}})
