@@ -114,9 +114,6 @@ type rootContext struct {
 	// known is what this proxy's Envoy does with the body of a request
 	// whose headers a filter paused (way.go).
 	known bodyWay
-	// awaiting: some stream was paused for its body at the last tick or
-	// since (an upper bound, kept for setTick).
-	awaiting bool
 	// disc follows the discovery companion (cfg.Discovery set), else nil.
 	disc *follower
 }
@@ -224,7 +221,7 @@ func (r *rootContext) start(cfg *config.Config) error {
 func (r *rootContext) setTick() error {
 	period := uint32(1000)
 	if r.kv != nil || r.disc != nil || (r.cfg.RouteAt == config.RouteAtAuto && r.known == wayUnknown) ||
-		(r.known == wayWithheld && r.awaiting) {
+		(r.known == wayWithheld && r.awaitingBody()) {
 		period = 100
 	}
 	if period == r.tickPeriod {
@@ -253,15 +250,19 @@ func (r *rootContext) OnTick() {
 	_ = r.refreshWay() // learn what another VM found
 	// A stream may end inside a host call of the walk (Each allows that;
 	// one visited twice then decides the same again).
-	awaiting := false
 	r.streams.Each(func(_ uint32, s *stream) {
 		if s.awaitingBody {
 			r.asStream(s, func() { s.checkBodyWait(now) })
-			awaiting = awaiting || s.awaitingBody
 		}
 	})
-	r.awaiting = awaiting
-	_ = r.setTick()
+	_ = r.setTick() // back to 1 s once no request waits for a withheld body
+}
+
+// awaitingBody reports whether some stream is paused for its body.
+func (r *rootContext) awaitingBody() bool {
+	found := false
+	r.streams.Each(func(_ uint32, s *stream) { found = found || s.awaitingBody })
+	return found
 }
 
 func (r *rootContext) NewHttpContext(id uint32) types.HttpContext {

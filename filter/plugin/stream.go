@@ -192,7 +192,7 @@ func (s *stream) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	}
 	// Pause: with allow_on_headers_stop_iteration Envoy keeps calling
 	// OnHttpRequestBody while the headers wait (see checkBodyWait).
-	s.awaitingBody, s.pausedAt, s.r.awaiting = true, time.Now(), true
+	s.awaitingBody, s.pausedAt = true, time.Now()
 	s.r.m.countWay(config.RouteAtBody)
 	return types.ActionPause
 }
