@@ -37,9 +37,11 @@ type Balancer struct {
 	cfg   PoolConfig
 	store Store
 	// into is store when it reads into a buffer (IntoStore), else nil;
-	// rbuf is the buffer of the per-pick reads (readKept).
+	// rbuf is the buffer of the per-pick reads (readKept), ubuf that of
+	// the read of a read-modify-write (readUpdate).
 	into     IntoStore
 	rbuf     []byte
+	ubuf     []byte
 	rng      *rand.Rand
 	keys     poolKeys
 	nameHash []uint64 // per endpoint, for prefix affinity
@@ -260,7 +262,7 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 // returns the mismatches met and whether the last mutate's result was committed
 // (written, or nothing to write).
 func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries int, committed bool) {
-	cur, cas, err := b.store.Get(key)
+	cur, cas, err := b.readUpdate(key)
 	return b.updateFrom(key, cur, cas, err, mutate)
 }
 
@@ -290,7 +292,7 @@ func (b *Balancer) updateFrom(key string, cur []byte, cas uint32, err error, mut
 		if retries++; retries == casAttempts {
 			return retries, false
 		}
-		cur, cas, err = b.store.Get(key)
+		cur, cas, err = b.readUpdate(key)
 	}
 }
 
@@ -330,6 +332,28 @@ func (b *Balancer) readKept(key string) ([]byte, uint32, error) {
 	v, cas, err := b.into.GetInto(b.rbuf, key)
 	if cap(v) > cap(b.rbuf) && cap(v) <= maxKeptRead {
 		b.rbuf = v[:0]
+	}
+	return v, cas, err
+}
+
+// maxKeptUpdate bounds ubuf: an in-flight value at 512 endpoints is 2 KB,
+// and 2 KB more per VM with requests in flight.
+const maxKeptUpdate = 64 << 10
+
+// readUpdate is readKept into ubuf, for the read of a read-modify-write
+// (updateFrom), whose mutate may itself readKept the health: the value is
+// valid until the next readUpdate, by when mutate is done with it. An
+// in-flight strategy updates the in-flight value at every pick and every
+// release; without the buffer each read is an allocation in the VM. (Not
+// one function with readKept over a pointer to the buffer: the rotation's
+// and the health's reads then run more instructions in wasm.)
+func (b *Balancer) readUpdate(key string) ([]byte, uint32, error) {
+	if b.into == nil {
+		return b.store.Get(key)
+	}
+	v, cas, err := b.into.GetInto(b.ubuf, key)
+	if cap(v) > cap(b.ubuf) && cap(v) <= maxKeptUpdate {
+		b.ubuf = v[:0]
 	}
 	return v, cas, err
 }

@@ -17,7 +17,8 @@ var ErrCasMismatch = errors.New("lb: shared data cas mismatch")
 // every VM of one Envoy process.
 //
 //   - Get returns the value and its cas, or ErrNotFound for a key never set. The
-//     returned slice belongs to the caller, who may modify it.
+//     returned slice belongs to the caller, who may modify it. Get must not keep
+//     key after it returns (lb/prefix passes keys that share a reused buffer).
 //   - Set with cas 0 always stores. With a non-zero cas it stores only if the key is
 //     absent or its current cas equals cas, and otherwise returns ErrCasMismatch.
 //     Set must not keep value after it returns.

@@ -3,8 +3,10 @@ package lb
 import (
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestMemStoreSemantics(t *testing.T) {
@@ -140,5 +142,52 @@ func TestWithPrefix(t *testing.T) {
 	}
 	if WithPrefix(base, "") != Store(base) {
 		t.Error("empty prefix must return the store itself")
+	}
+}
+
+// setCounter is a MemStore (reads into a buffer, as the filter's store
+// does) that counts its writes.
+type setCounter struct {
+	*MemStore
+	sets int
+}
+
+func (s *setCounter) Set(key string, value []byte, cas uint32) error {
+	s.sets++
+	return s.MemStore.Set(key, value, cas)
+}
+
+// TestPickAllocatesOnlyTheStoresCopies: with a store that reads into a
+// buffer, a pick, its report and its release allocate nothing of their
+// own, whatever the strategy: every allocation left is the MemStore's copy
+// of a value set (in the filter, Envoy's). The in-flight strategies update
+// the in-flight value at the pick and at the release; those reads used to
+// allocate.
+func TestPickAllocatesOnlyTheStoresCopies(t *testing.T) {
+	for _, s := range append(slices.Clone(allStrategies), CacheAware) {
+		t.Run(s.String(), func(t *testing.T) {
+			store := &setCounter{MemStore: NewMemStore()}
+			b := newTestBalancer(t, store, testPool(8, s), 1)
+			b.SetOwner(7, time.Minute)
+			var l Lease
+			cached := make([]int, 8)
+			now := t0
+			cycle := func() {
+				now = now.Add(time.Millisecond)
+				if err := b.PickInto(&l, now, uint64(now.UnixNano()), cached, 100); err != nil {
+					t.Fatal(err)
+				}
+				_ = l.Report(now, Success)
+				l.Release(now)
+			}
+			cycle() // grows the buffers
+			store.sets = 0
+			const runs = 50
+			allocs := testing.AllocsPerRun(runs, cycle)
+			// AllocsPerRun runs the cycle once more before it counts
+			if sets := float64(store.sets) / (runs + 1); allocs > sets {
+				t.Errorf("%.1f allocations per pick, release and report; the store's copies are %.1f", allocs, sets)
+			}
+		})
 	}
 }

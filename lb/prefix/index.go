@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/pdroute/pdroute/lb"
+	"unsafe"
 )
 
 const (
@@ -100,7 +101,11 @@ func EndpointID(name string) uint32 {
 
 // Index is one VM's handle on the shared index.
 type Index struct {
-	store  lb.Store
+	store lb.Store
+	// into is store when it reads into a buffer (lb.IntoStore), else nil;
+	// vbuf is the buffer slots are read into (read).
+	into   lb.IntoStore
+	vbuf   []byte
 	p      Params
 	anchor uint32
 	rec    record
@@ -117,7 +122,27 @@ func New(store lb.Store, p Params) (*Index, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("prefix: %v", err)
 	}
-	return &Index{store: store, p: p}, nil
+	x := &Index{store: store, p: p}
+	if into, ok := store.(lb.IntoStore); ok {
+		x.into, x.vbuf = into, make([]byte, 0, MaxRecordBytes)
+	}
+	return x, nil
+}
+
+// read is store.Get of a slot's key, into vbuf when the store reads into a
+// buffer: the value is valid until the next read, and every caller parses
+// it (record.parse copies what it keeps) before that. A lookup and a record
+// read one slot per sample point: without the buffer, each read is an
+// allocation in the VM.
+func (x *Index) read(key string) ([]byte, uint32, error) {
+	if x.into == nil {
+		return x.store.Get(key)
+	}
+	v, cas, err := x.into.GetInto(x.vbuf, key)
+	if cap(v) > cap(x.vbuf) && cap(v) <= MaxRecordBytes {
+		x.vbuf = v[:0]
+	}
+	return v, cas, err
 }
 
 // Params returns the index's parameters.
@@ -197,7 +222,7 @@ func (x *Index) Lookup(p *Prompt, now time.Time, m *Match) {
 		mid := (lo + hi) / 2
 		blocks := pts[mid]
 		h := p.Hashes[blocks-1]
-		v, _, err := x.store.Get(x.slotKey(h))
+		v, _, err := x.read(x.slotKey(h))
 		m.Reads++
 		found := false
 		if err == nil && x.rec.parse(v) {
@@ -255,7 +280,7 @@ func (x *Index) Record(p *Prompt, now time.Time, ids ...uint32) (calls int, err 
 func (x *Index) recordPoint(h uint64, ids []uint32, s, oldest uint32) (calls int, ok bool) {
 	key := x.slotKey(h)
 	for range casAttempts {
-		v, cas, err := x.store.Get(key)
+		v, cas, err := x.read(key)
 		calls++
 		switch {
 		case errors.Is(err, lb.ErrNotFound):
@@ -274,7 +299,7 @@ func (x *Index) recordPoint(h uint64, ids []uint32, s, oldest uint32) (calls int
 			return calls, true // all already fresh this second
 		}
 		x.buf = x.rec.append(x.buf[:0])
-		err = x.store.Set(key, x.buf, cas)
+		err = x.store.Set(string(x.key), x.buf, cas) // a copy: a store keeps the keys it sets
 		calls++
 		if err == nil {
 			return calls, true
@@ -303,10 +328,15 @@ func (x *Index) absentCAS(calls *int) uint32 {
 	return x.anchor
 }
 
+// slotKey builds the key of h's slot in x.key and returns it as a string
+// that shares x.key's bytes, valid until the next slotKey: for reads only,
+// which do not keep the key (lb.Store); a write passes a copy. Each sample
+// point of a lookup or a record reads a slot, so a copy per key would be an
+// allocation per read.
 func (x *Index) slotKey(h uint64) string {
 	x.key = append(x.key[:0], "px/"...)
 	x.key = strconv.AppendUint(x.key, (h>>17)%uint64(x.p.Slots), 10)
-	return string(x.key)
+	return unsafe.String(unsafe.SliceData(x.key), len(x.key))
 }
 
 // stamp is a time in whole seconds (uint32 lasts until 2106).

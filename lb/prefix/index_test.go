@@ -177,6 +177,39 @@ func TestRecordSkipsWhatIsFresh(t *testing.T) {
 	}
 }
 
+// TestSlotReadsAllocateNothing: on a store that reads into a buffer (as
+// the filter's does), a lookup and a record that finds its points fresh
+// allocate nothing (the slot keys share a buffer, the values are read into
+// another), and the keys written are copies: an index of its own, on the
+// same store, finds what the first recorded after the first went on to
+// build other keys in that buffer.
+func TestSlotReadsAllocateNothing(t *testing.T) {
+	store := lb.NewMemStore()
+	x, _ := New(store, DefaultParams())
+	rng := rand.New(rand.NewPCG(5, 6))
+	a, b := prompt(rng, nil, 60), prompt(rng, nil, 60)
+	A, B := EndpointID("a"), EndpointID("b")
+	if _, err := x.Record(&a, t0, A); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Record(&b, t0, B); err != nil {
+		t.Fatal(err)
+	}
+	var m Match
+	x.Lookup(&a, t0, &m) // grows m.Hits and the buffers once
+	if n := testing.AllocsPerRun(20, func() {
+		x.Lookup(&a, t0, &m)
+		_, _ = x.Record(&b, t0, B)
+	}); n != 0 {
+		t.Errorf("a lookup and a fresh record: %.1f allocations, want 0", n)
+	}
+	y, _ := New(store, DefaultParams())
+	y.Lookup(&a, t0, &m)
+	if got := m.CachedBytes(A); got != len(a.Hashes)*512 {
+		t.Errorf("another index finds %d bytes of a on A, want %d: a key written was not a copy", got, len(a.Hashes)*512)
+	}
+}
+
 // countingStore is a MemStore that tracks every key's current size.
 type countingStore struct {
 	lb.MemStore
