@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"time"
 
 	"github.com/pdroute/pdroute/lb"
@@ -112,6 +111,25 @@ type Index struct {
 	buf    []byte
 	key    []byte
 	points []int
+	// seen are the slots the last Lookup read, and seenAt its second: a
+	// Record in that second starts from these reads rather than reading
+	// the slots again (the filter, the native proxy and the simulator
+	// record the endpoints they chose for the prompt they just looked up).
+	// Its writes pass the cas read, so a slot changed since is read again.
+	// sbuf holds their values.
+	seen   []seenSlot
+	seenAt uint32
+	sbuf   []byte
+}
+
+// seenSlot is a slot read by Lookup: the point's hash, the slot, its cas
+// and its value (sbuf[off:end]; absent when the key was not found).
+type seenSlot struct {
+	h             uint64
+	slot          uint32
+	cas           uint32
+	off, end      int
+	absent, spent bool
 }
 
 // New returns a handle on the index kept in store.
@@ -218,12 +236,14 @@ func (x *Index) Lookup(p *Prompt, now time.Time, m *Match) {
 	pts := x.samplePoints(len(p.Hashes))
 	oldest := stamp(now.Add(-x.p.TTL))
 	lo, hi := -1, len(pts) // pts[lo] known held by someone, pts[hi] known not
+	x.seen, x.sbuf, x.seenAt = x.seen[:0], x.sbuf[:0], stamp(now)
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
 		blocks := pts[mid]
 		h := p.Hashes[blocks-1]
-		v, _, err := x.read(x.slotKey(h))
+		v, cas, err := x.read(x.slotKey(h))
 		m.Reads++
+		x.keep(h, v, cas, err)
 		found := false
 		if err == nil && x.rec.parse(v) {
 			if e := x.rec.find(h); e >= 0 {
@@ -240,6 +260,40 @@ func (x *Index) Lookup(p *Prompt, now time.Time, m *Match) {
 			lo = mid
 		} else {
 			hi = mid
+		}
+	}
+}
+
+// keep notes a Lookup's read of h's slot for the Record that may follow.
+func (x *Index) keep(h uint64, v []byte, cas uint32, err error) {
+	if err != nil && !errors.Is(err, lb.ErrNotFound) {
+		return
+	}
+	off := len(x.sbuf)
+	x.sbuf = append(x.sbuf, v...)
+	x.seen = append(x.seen, seenSlot{h: h, slot: x.slot(h), cas: cas, off: off, end: len(x.sbuf), absent: err != nil})
+}
+
+// seenRead is the unspent read of h's slot that the last Lookup made in
+// second s, if any.
+func (x *Index) seenRead(h uint64, s uint32) *seenSlot {
+	if s != x.seenAt {
+		return nil
+	}
+	for i := range x.seen {
+		if r := &x.seen[i]; r.h == h && !r.spent {
+			return r
+		}
+	}
+	return nil
+}
+
+// spend marks every kept read of slot as used: once a Record has read or
+// written that slot, the kept value of another point in it is out of date.
+func (x *Index) spend(slot uint32) {
+	for i := range x.seen {
+		if x.seen[i].slot == slot {
+			x.seen[i].spent = true
 		}
 	}
 }
@@ -274,14 +328,29 @@ func (x *Index) Record(p *Prompt, now time.Time, ids ...uint32) (calls int, err 
 			err = ErrNotRecorded
 		}
 	}
+	x.seen = x.seen[:0]
 	return calls, err
 }
 
 func (x *Index) recordPoint(h uint64, ids []uint32, s, oldest uint32) (calls int, ok bool) {
 	key := x.slotKey(h)
+	seen := x.seenRead(h, s)
+	x.spend(x.slot(h)) // read or written below: no other point's kept read of it holds
 	for range casAttempts {
-		v, cas, err := x.read(key)
-		calls++
+		var v []byte
+		var cas uint32
+		var err error
+		if seen != nil {
+			// the Lookup's read, as if made now
+			v, cas = x.sbuf[seen.off:seen.end], seen.cas
+			if seen.absent {
+				err = lb.ErrNotFound
+			}
+			seen = nil
+		} else {
+			v, cas, err = x.read(key)
+			calls++
+		}
 		switch {
 		case errors.Is(err, lb.ErrNotFound):
 			v, cas = nil, x.absentCAS(&calls)
@@ -334,9 +403,28 @@ func (x *Index) absentCAS(calls *int) uint32 {
 // point of a lookup or a record reads a slot, so a copy per key would be an
 // allocation per read.
 func (x *Index) slotKey(h uint64) string {
-	x.key = append(x.key[:0], "px/"...)
-	x.key = strconv.AppendUint(x.key, (h>>17)%uint64(x.p.Slots), 10)
+	x.key = appendDecimal(append(x.key[:0], "px/"...), x.slot(h))
 	return unsafe.String(unsafe.SliceData(x.key), len(x.key))
+}
+
+// slot is the number of h's slot.
+func (x *Index) slot(h uint64) uint32 { return uint32((h >> 17) % uint64(x.p.Slots)) }
+
+// appendDecimal appends v in decimal, as strconv.AppendUint does. In wasm
+// strconv's general code (any base, 64-bit halving) is most of the cost of
+// a slot's key: its instructions are fetched afresh for every read of a
+// lookup or a record.
+func appendDecimal(b []byte, v uint32) []byte {
+	var d [10]byte
+	i := len(d)
+	for {
+		i--
+		d[i] = byte('0' + v%10)
+		if v /= 10; v == 0 {
+			break
+		}
+	}
+	return append(b, d[i:]...)
 }
 
 // stamp is a time in whole seconds (uint32 lasts until 2106).

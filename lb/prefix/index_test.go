@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,6 +208,47 @@ func TestSlotReadsAllocateNothing(t *testing.T) {
 	y.Lookup(&a, t0, &m)
 	if got := m.CachedBytes(A); got != len(a.Hashes)*512 {
 		t.Errorf("another index finds %d bytes of a on A, want %d: a key written was not a copy", got, len(a.Hashes)*512)
+	}
+}
+
+// TestRecordStartsFromTheLookup: a Record in the second of the Lookup
+// before it does not read again the slots that Lookup read, yet loses no
+// write made between the two (its writes pass the cas the Lookup read), and
+// a Record in a later second reads every point.
+func TestRecordStartsFromTheLookup(t *testing.T) {
+	store := lb.NewMemStore()
+	x, _ := New(store, DefaultParams())
+	y, _ := New(store, DefaultParams())
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := prompt(rng, nil, 100)
+	pts := len(x.samplePoints(len(p.Hashes)))
+	A, B := EndpointID("a"), EndpointID("b")
+	if _, err := x.Record(&p, t0, A); err != nil {
+		t.Fatal(err)
+	}
+	var m Match
+	x.Lookup(&p, t0, &m)
+	if c, err := x.Record(&p, t0, A); err != nil || c != pts-m.Reads {
+		t.Errorf("record after a lookup, all fresh: %d calls (%v), want the %d points less the lookup's %d reads", c, err, pts, m.Reads)
+	}
+	// Another VM records B on every point between x's Lookup and Record.
+	x.Lookup(&p, t0.Add(time.Second), &m)
+	if _, err := y.Record(&p, t0.Add(time.Second), B); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Record(&p, t0.Add(time.Second), A); err != nil {
+		t.Fatal(err)
+	}
+	y.Lookup(&p, t0.Add(time.Second), &m)
+	for _, id := range []uint32{A, B} {
+		if got := m.CachedBytes(id); got != len(p.Hashes)*512 {
+			t.Errorf("after both records, %d holds %d bytes, want %d", id, got, len(p.Hashes)*512)
+		}
+	}
+	// A lookup of another second is not reused.
+	x.Lookup(&p, t0.Add(time.Second), &m)
+	if c, _ := x.Record(&p, t0.Add(2*time.Second), A); c < 2*pts {
+		t.Errorf("record a second after the lookup: %d calls, want every point read and written (%d)", c, 2*pts)
 	}
 }
 
@@ -437,4 +479,12 @@ func blockHash(prev uint64, block []byte) uint64 {
 		h = 1
 	}
 	return h
+}
+
+func TestAppendDecimal(t *testing.T) {
+	for _, v := range []uint32{0, 1, 9, 10, 99, 100, 4095, 65535, 1 << 20, 1<<32 - 1} {
+		if got, want := string(appendDecimal([]byte("px/"), v)), "px/"+strconv.FormatUint(uint64(v), 10); got != want {
+			t.Errorf("appendDecimal(%d) = %q, want %q", v, got, want)
+		}
+	}
 }
