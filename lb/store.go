@@ -2,6 +2,7 @@ package lb
 
 import (
 	"errors"
+	"strings"
 	"sync"
 )
 
@@ -17,11 +18,12 @@ var ErrCasMismatch = errors.New("lb: shared data cas mismatch")
 // every VM of one Envoy process.
 //
 //   - Get returns the value and its cas, or ErrNotFound for a key never set. The
-//     returned slice belongs to the caller, who may modify it. Get must not keep
-//     key after it returns (lb/prefix passes keys that share a reused buffer).
+//     returned slice belongs to the caller, who may modify it.
 //   - Set with cas 0 always stores. With a non-zero cas it stores only if the key is
 //     absent or its current cas equals cas, and otherwise returns ErrCasMismatch.
 //     Set must not keep value after it returns.
+//   - Neither keeps key after it returns (lb/prefix passes keys that share a
+//     buffer it reuses): a store that holds keys holds copies.
 //   - Every successful Set gives the key a new cas from one counter shared by all
 //     keys (Envoy: starts at 1, skips 0).
 //   - There is no delete: an empty value means absent.
@@ -37,8 +39,9 @@ type Store interface {
 // buffer: GetInto returns the value in dst's room when it fits (the value
 // then aliases dst and is the caller's until its next use of dst), else in a
 // new allocation, as Get. A Balancer reads its per-pick keys so (the
-// rotation, the health), decoding each value before its next read: a
-// pick then allocates nothing for them.
+// rotation, the health, the in-flight value it updates) and the prefix
+// index its slots, decoding each value before the next read into the same
+// buffer: a pick and a lookup then allocate nothing for them.
 type IntoStore interface {
 	Store
 	GetInto(dst []byte, key string) (value []byte, cas uint32, err error)
@@ -48,7 +51,7 @@ type IntoStore interface {
 // tests and benchmarks. It is safe for concurrent use. The zero value is ready.
 type MemStore struct {
 	mu      sync.Mutex
-	entries map[string]memEntry
+	entries map[string]*memEntry // pointers: an update does not store its key again
 	lastCas uint32
 }
 
@@ -86,17 +89,24 @@ func (m *MemStore) GetInto(dst []byte, key string) ([]byte, uint32, error) {
 func (m *MemStore) Set(key string, value []byte, cas uint32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.entries[key]; ok && cas != 0 && cas != e.cas {
+	e, ok := m.entries[key]
+	if ok && cas != 0 && cas != e.cas {
 		return ErrCasMismatch
 	}
 	if m.entries == nil {
-		m.entries = make(map[string]memEntry)
+		m.entries = make(map[string]*memEntry)
 	}
 	m.lastCas++
 	if m.lastCas == 0 {
 		m.lastCas = 1
 	}
-	m.entries[key] = memEntry{value: append([]byte(nil), value...), cas: m.lastCas}
+	if !ok {
+		// a map assignment stores its key, even over an equal one: only
+		// a new key is assigned, as a copy (the caller may reuse its bytes)
+		e = new(memEntry)
+		m.entries[strings.Clone(key)] = e
+	}
+	e.value, e.cas = append(e.value[:0:0], value...), m.lastCas
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 	"math"
+	"strings"
 
 	"github.com/pdroute/pdroute/filter/abi/abispec"
 )
@@ -208,8 +209,10 @@ func httpCall(cluster string, headers [][2]string, body []byte, trailers [][2]st
 
 func getStatus() (uint32, string, error) { return callStatus.code, callStatus.message, nil }
 
-// joinKey concatenates: proxytest keeps the key strings it is given.
-func joinKey(prefix, key string) string { return prefix + key }
+// joinKey returns prefix + key as a string of its own: proxytest keeps
+// the keys it is given, and lb/prefix passes keys that share a buffer it
+// reuses (prefix + key is key itself when prefix is empty).
+func joinKey(prefix, key string) string { return strings.Clone(prefix + key) }
 
 func getSharedData(prefix, key string) ([]byte, uint32, error) {
 	return proxywasm.GetSharedData(joinKey(prefix, key))

@@ -368,7 +368,7 @@ func (x *Index) recordPoint(h uint64, ids []uint32, s, oldest uint32) (calls int
 			return calls, true // all already fresh this second
 		}
 		x.buf = x.rec.append(x.buf[:0])
-		err = x.store.Set(string(x.key), x.buf, cas) // a copy: a store keeps the keys it sets
+		err = x.store.Set(key, x.buf, cas)
 		calls++
 		if err == nil {
 			return calls, true
@@ -398,10 +398,9 @@ func (x *Index) absentCAS(calls *int) uint32 {
 }
 
 // slotKey builds the key of h's slot in x.key and returns it as a string
-// that shares x.key's bytes, valid until the next slotKey: for reads only,
-// which do not keep the key (lb.Store); a write passes a copy. Each sample
-// point of a lookup or a record reads a slot, so a copy per key would be an
-// allocation per read.
+// that shares x.key's bytes, valid until the next slotKey (a store keeps no
+// key it is passed: lb.Store). Each sample point of a lookup or a record
+// reads a slot, so a copy per key would be an allocation per read.
 func (x *Index) slotKey(h uint64) string {
 	x.key = appendDecimal(append(x.key[:0], "px/"...), x.slot(h))
 	return unsafe.String(unsafe.SliceData(x.key), len(x.key))
