@@ -146,7 +146,11 @@ func (s *stream) OnHttpRequestHeaders(n int, eos bool) types.Action {
 	q := s.query.Get
 	switch s.path {
 	case "/sleep":
-		time.Sleep(time.Millisecond)
+		// long enough that the runtime is still waiting when it looks for
+		// work, and asks the host (poll_oneoff) to wait: with 1 ms, a
+		// loaded machine could let the timer expire first, and the sleep
+		// returned without the call TestSleepTrapsUnderStrictProfile needs
+		time.Sleep(100 * time.Millisecond)
 		return types.ActionContinue
 	case "/trap":
 		done := make(chan struct{})
