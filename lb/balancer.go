@@ -37,11 +37,15 @@ type Balancer struct {
 	cfg   PoolConfig
 	store Store
 	// into is store when it reads into a buffer (IntoStore), else nil;
-	// rbuf is the buffer of the per-pick reads (readKept), ubuf that of
-	// the read of a read-modify-write (readUpdate).
+	// rbuf is the buffer of the per-pick reads (readKept). upd reads
+	// the value a read-modify-write starts from (update), into a buffer of
+	// its own: mutate may readKept the health meanwhile. An in-flight
+	// strategy updates the in-flight value at every pick and release.
+	// (readKept is not a KeptReader: one more indirection, and the
+	// rotation's and the health's reads run more instructions in wasm.)
 	into     IntoStore
 	rbuf     []byte
-	ubuf     []byte
+	upd      KeptReader
 	rng      *rand.Rand
 	keys     poolKeys
 	nameHash []uint64 // per endpoint, for prefix affinity
@@ -123,6 +127,7 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 	if into, ok := store.(IntoStore); ok {
 		b.into, b.rbuf = into, make([]byte, 0, 64)
 	}
+	b.upd = NewKeptReader(store, maxKeptUpdate)
 	fp := fnv.New64a()
 	for i, e := range cfg.Endpoints {
 		fp.Write([]byte(e.Name))
@@ -262,7 +267,7 @@ func (b *Balancer) choose(now time.Time, prefixKey uint64, l *Lease) {
 // returns the mismatches met and whether the last mutate's result was committed
 // (written, or nothing to write).
 func (b *Balancer) update(key string, mutate func(cur []byte) []byte) (retries int, committed bool) {
-	cur, cas, err := b.readUpdate(key)
+	cur, cas, err := b.upd.Read(key)
 	return b.updateFrom(key, cur, cas, err, mutate)
 }
 
@@ -292,7 +297,7 @@ func (b *Balancer) updateFrom(key string, cur []byte, cas uint32, err error, mut
 		if retries++; retries == casAttempts {
 			return retries, false
 		}
-		cur, cas, err = b.readUpdate(key)
+		cur, cas, err = b.upd.Read(key)
 	}
 }
 
@@ -336,27 +341,9 @@ func (b *Balancer) readKept(key string) ([]byte, uint32, error) {
 	return v, cas, err
 }
 
-// maxKeptUpdate bounds ubuf: an in-flight value at 512 endpoints is 2 KB,
-// and 2 KB more per VM with requests in flight.
+// maxKeptUpdate bounds the room upd keeps: an in-flight value at 512
+// endpoints is 2 KB, and 2 KB more per VM with requests in flight.
 const maxKeptUpdate = 64 << 10
-
-// readUpdate is readKept into ubuf, for the read of a read-modify-write
-// (updateFrom), whose mutate may itself readKept the health: the value is
-// valid until the next readUpdate, by when mutate is done with it. An
-// in-flight strategy updates the in-flight value at every pick and every
-// release; without the buffer each read is an allocation in the VM. (Not
-// one function with readKept over a pointer to the buffer: the rotation's
-// and the health's reads then run more instructions in wasm.)
-func (b *Balancer) readUpdate(key string) ([]byte, uint32, error) {
-	if b.into == nil {
-		return b.store.Get(key)
-	}
-	v, cas, err := b.into.GetInto(b.ubuf, key)
-	if cap(v) > cap(b.ubuf) && cap(v) <= maxKeptUpdate {
-		b.ubuf = v[:0]
-	}
-	return v, cas, err
-}
 
 // read returns the value of key, or nil when it is absent or the store fails.
 func (b *Balancer) read(key string) []byte {

@@ -47,6 +47,39 @@ type IntoStore interface {
 	GetInto(dst []byte, key string) (value []byte, cas uint32, err error)
 }
 
+// A KeptReader reads values of a Store into a buffer it keeps, when the
+// store is an [IntoStore] (else each read is Get's allocation): a value is
+// valid until the next Read, so the caller decodes it first. The buffer
+// keeps the room of values of up to its bound. The balancers read the
+// in-flight value they update so, and lb/prefix the index's slots: in the
+// VM each would otherwise be an allocation.
+type KeptReader struct {
+	store Store
+	into  IntoStore
+	buf   []byte
+	bound int
+}
+
+// NewKeptReader returns a reader of store that keeps room for values of up
+// to bound bytes.
+func NewKeptReader(store Store, bound int) KeptReader {
+	r := KeptReader{store: store, bound: bound}
+	r.into, _ = store.(IntoStore)
+	return r
+}
+
+// Read is store.Get of key, into the kept buffer when the store allows it.
+func (r *KeptReader) Read(key string) ([]byte, uint32, error) {
+	if r.into == nil {
+		return r.store.Get(key)
+	}
+	v, cas, err := r.into.GetInto(r.buf, key)
+	if cap(v) > cap(r.buf) && cap(v) <= r.bound {
+		r.buf = v[:0]
+	}
+	return v, cas, err
+}
+
 // MemStore is an in-memory [Store] that copies Envoy's shared-data behaviour, for
 // tests and benchmarks. It is safe for concurrent use. The zero value is ready.
 type MemStore struct {

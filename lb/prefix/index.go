@@ -101,10 +101,10 @@ func EndpointID(name string) uint32 {
 // Index is one VM's handle on the shared index.
 type Index struct {
 	store lb.Store
-	// into is store when it reads into a buffer (lb.IntoStore), else nil;
-	// vbuf is the buffer slots are read into (read).
-	into   lb.IntoStore
-	vbuf   []byte
+	// slots reads the slots into a kept buffer: a lookup and a record read
+	// one per sample point, each parsed (record.parse copies what it
+	// keeps) before the next.
+	slots  lb.KeptReader
 	p      Params
 	anchor uint32
 	rec    record
@@ -140,27 +140,7 @@ func New(store lb.Store, p Params) (*Index, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("prefix: %v", err)
 	}
-	x := &Index{store: store, p: p}
-	if into, ok := store.(lb.IntoStore); ok {
-		x.into, x.vbuf = into, make([]byte, 0, MaxRecordBytes)
-	}
-	return x, nil
-}
-
-// read is store.Get of a slot's key, into vbuf when the store reads into a
-// buffer: the value is valid until the next read, and every caller parses
-// it (record.parse copies what it keeps) before that. A lookup and a record
-// read one slot per sample point: without the buffer, each read is an
-// allocation in the VM.
-func (x *Index) read(key string) ([]byte, uint32, error) {
-	if x.into == nil {
-		return x.store.Get(key)
-	}
-	v, cas, err := x.into.GetInto(x.vbuf, key)
-	if cap(v) > cap(x.vbuf) && cap(v) <= MaxRecordBytes {
-		x.vbuf = v[:0]
-	}
-	return v, cas, err
+	return &Index{store: store, slots: lb.NewKeptReader(store, MaxRecordBytes), p: p}, nil
 }
 
 // Params returns the index's parameters.
@@ -241,7 +221,7 @@ func (x *Index) Lookup(p *Prompt, now time.Time, m *Match) {
 		mid := (lo + hi) / 2
 		blocks := pts[mid]
 		h := p.Hashes[blocks-1]
-		v, cas, err := x.read(x.slotKey(h))
+		v, cas, err := x.slots.Read(x.slotKey(h))
 		m.Reads++
 		x.keep(h, v, cas, err)
 		found := false
@@ -348,7 +328,7 @@ func (x *Index) recordPoint(h uint64, ids []uint32, s, oldest uint32) (calls int
 			}
 			seen = nil
 		} else {
-			v, cas, err = x.read(key)
+			v, cas, err = x.slots.Read(key)
 			calls++
 		}
 		switch {
