@@ -31,9 +31,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"time"
+	"unsafe"
 
 	"github.com/pdroute/pdroute/lb"
-	"unsafe"
 )
 
 const (
