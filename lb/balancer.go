@@ -43,9 +43,13 @@ type Balancer struct {
 	// strategy updates the in-flight value at every pick and release.
 	// (readKept is not a KeptReader: one more indirection, and the
 	// rotation's and the health's reads run more instructions in wasm.)
-	into     IntoStore
-	rbuf     []byte
-	upd      KeptReader
+	into IntoStore
+	rbuf []byte
+	upd  KeptReader
+	// stats reads the engine stats that least_loaded and power_of_two
+	// weigh at every pick (10 KB at 512 endpoints), each decoded into
+	// engineLoad before the next read.
+	stats    KeptReader
 	rng      *rand.Rand
 	keys     poolKeys
 	nameHash []uint64 // per endpoint, for prefix affinity
@@ -127,7 +131,7 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 	if into, ok := store.(IntoStore); ok {
 		b.into, b.rbuf = into, make([]byte, 0, 64)
 	}
-	b.upd = NewKeptReader(store, maxKeptUpdate)
+	b.upd, b.stats = NewKeptReader(store, maxKeptUpdate), NewKeptReader(store, maxKeptUpdate)
 	fp := fnv.New64a()
 	for i, e := range cfg.Endpoints {
 		fp.Write([]byte(e.Name))
@@ -341,8 +345,9 @@ func (b *Balancer) readKept(key string) ([]byte, uint32, error) {
 	return v, cas, err
 }
 
-// maxKeptUpdate bounds the room upd keeps: an in-flight value at 512
-// endpoints is 2 KB, and 2 KB more per VM with requests in flight.
+// maxKeptUpdate bounds the room upd and stats keep: an in-flight value at
+// 512 endpoints is 2 KB, and 2 KB more per VM with requests in flight; the
+// engine stats 10 KB.
 const maxKeptUpdate = 64 << 10
 
 // read returns the value of key, or nil when it is absent or the store fails.
@@ -469,7 +474,11 @@ func (b *Balancer) qpsWindow(cur []byte, bucket int64) qpsView {
 
 // loadStats returns this pool's engine stats, or nil (all missing).
 func (b *Balancer) loadStats() statsView {
-	if v, ok := parseStats(b.read(b.keys.stats)); ok && b.fits(v.len()) {
+	cur, _, err := b.stats.Read(b.keys.stats)
+	if err != nil {
+		cur = nil
+	}
+	if v, ok := parseStats(cur); ok && b.fits(v.len()) {
 		if v.len() < b.n() {
 			return widenStats(nil, v, b.n())
 		}

@@ -161,7 +161,8 @@ func (s *setCounter) Set(key string, value []byte, cas uint32) error {
 // buffer, a pick, its report and its release allocate nothing of their
 // own, whatever the strategy: every allocation left is the MemStore's copy
 // of a value set (in the filter, Envoy's). The in-flight strategies update
-// the in-flight value at the pick and at the release; those reads used to
+// the in-flight value at the pick and at the release, and least_loaded and
+// power_of_two read the engine stats at the pick; those reads used to
 // allocate.
 func TestPickAllocatesOnlyTheStoresCopies(t *testing.T) {
 	for _, s := range append(slices.Clone(allStrategies), CacheAware) {
@@ -169,6 +170,11 @@ func TestPickAllocatesOnlyTheStoresCopies(t *testing.T) {
 			store := &setCounter{MemStore: NewMemStore()}
 			b := newTestBalancer(t, store, testPool(8, s), 1)
 			b.SetOwner(7, time.Minute)
+			for i := range 8 { // least_loaded and power_of_two read them at every pick
+				if err := b.PutStats(i, EngineStats{Running: float64(i % 3), Waiting: 1}, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var l Lease
 			cached := make([]int, 8)
 			now := t0
