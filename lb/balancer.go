@@ -36,15 +36,12 @@ const (
 type Balancer struct {
 	cfg   PoolConfig
 	store Store
-	// into is store when it reads into a buffer (IntoStore), else nil;
-	// rbuf is the buffer of the per-pick reads (readKept). upd reads
+	// kept reads the per-pick keys (the rotation, the health). upd reads
 	// the value a read-modify-write starts from (update), into a buffer of
-	// its own: mutate may readKept the health meanwhile. An in-flight
-	// strategy updates the in-flight value at every pick and release.
-	// (readKept is not a KeptReader: one more indirection, and the
-	// rotation's and the health's reads run more instructions in wasm.)
-	into IntoStore
-	rbuf []byte
+	// its own: mutate may read the health with kept meanwhile. An
+	// in-flight strategy updates the in-flight value at every pick and
+	// release.
+	kept KeptReader
 	upd  KeptReader
 	// stats reads the engine stats that least_loaded and power_of_two
 	// weigh at every pick (10 KB at 512 endpoints), each decoded into
@@ -128,10 +125,7 @@ func New(pool string, cfg PoolConfig, store Store, src rand.Source) (*Balancer, 
 		engineLoad: make([]float64, n),
 		debt:       make([]uint32, n),
 	}
-	if into, ok := store.(IntoStore); ok {
-		b.into, b.rbuf = into, make([]byte, 0, 64)
-	}
-	b.upd, b.stats = NewKeptReader(store, maxKeptUpdate), NewKeptReader(store, maxKeptUpdate)
+	b.readers(store)
 	fp := fnv.New64a()
 	for i, e := range cfg.Endpoints {
 		fp.Write([]byte(e.Name))
@@ -328,21 +322,15 @@ func (b *Balancer) absentCAS() uint32 {
 	return b.anchor
 }
 
-// maxKeptRead bounds rbuf: a pool's rotation and health values are a few
-// bytes per endpoint.
+// maxKeptRead bounds the room kept keeps: a pool's rotation and health
+// values are a few bytes per endpoint.
 const maxKeptRead = 4 << 10
 
-// readKept is store.Get of a per-pick key into rbuf: the value is valid
-// until the next readKept, so the caller decodes it first.
-func (b *Balancer) readKept(key string) ([]byte, uint32, error) {
-	if b.into == nil {
-		return b.store.Get(key)
-	}
-	v, cas, err := b.into.GetInto(b.rbuf, key)
-	if cap(v) > cap(b.rbuf) && cap(v) <= maxKeptRead {
-		b.rbuf = v[:0]
-	}
-	return v, cas, err
+// readers sets up the balancer's kept readers of store.
+func (b *Balancer) readers(store Store) {
+	b.kept = NewKeptReader(store, maxKeptRead)
+	b.upd = NewKeptReader(store, maxKeptUpdate)
+	b.stats = NewKeptReader(store, maxKeptUpdate)
 }
 
 // maxKeptUpdate bounds the room upd and stats keep: an in-flight value at
@@ -365,7 +353,7 @@ func (b *Balancer) read(key string) []byte {
 func (b *Balancer) rotate(l *Lease) int {
 	var c uint64
 	for retries := 0; ; {
-		cur, cas, err := b.readKept(b.keys.rotation)
+		cur, cas, err := b.kept.Read(b.keys.rotation)
 		if err != nil {
 			if !isErr(err, ErrNotFound) {
 				c = 0

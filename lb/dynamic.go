@@ -43,8 +43,8 @@ func NewDynamic(pool string, cfg PoolConfig, store Store, src rand.Source) (*Bal
 	if err := cfg.validateSettings(); err != nil {
 		return nil, err
 	}
-	b := &Balancer{cfg: cfg, store: store, rng: rand.New(src), dynamic: true,
-		upd: NewKeptReader(store, maxKeptUpdate), stats: NewKeptReader(store, maxKeptUpdate)}
+	b := &Balancer{cfg: cfg, store: store, rng: rand.New(src), dynamic: true}
+	b.readers(store)
 	b.setKeys(fmt.Sprintf("lb/%s/dyn/", pool))
 	if err := b.SetEndpoints(eps); err != nil {
 		return nil, err

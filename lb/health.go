@@ -92,7 +92,7 @@ func (b *Balancer) loadHealth(now time.Time, l *Lease) int {
 		b.usable = b.all
 		return -1
 	}
-	cur, cas, err := b.readKept(b.keys.health)
+	cur, cas, err := b.kept.Read(b.keys.health)
 	if b.noHealth(cur, err) {
 		b.usable = b.all // the common case: every endpoint healthy
 		return -1
@@ -173,7 +173,7 @@ func (b *Balancer) recordOutcome(l *Lease, o Outcome, now time.Time) error {
 	if b.cfg.FailureThreshold == 0 {
 		return nil
 	}
-	cur, cas, err := b.readKept(b.keys.health)
+	cur, cas, err := b.kept.Read(b.keys.health)
 	if o == Success && l.Decision != ByProbe && b.noHealth(cur, err) {
 		return nil // no failure counted anywhere: a success changes nothing
 	}

@@ -122,11 +122,11 @@ type Index struct {
 	sbuf   []byte
 }
 
-// seenSlot is a slot read by Lookup: the point's hash, the slot, its cas
-// and its value (sbuf[off:end]; absent when the key was not found).
+// seenSlot is a slot read by Lookup: the point's hash (the slot is
+// x.slot(h)), its cas and its value (sbuf[off:end]; absent when the key
+// was not found).
 type seenSlot struct {
 	h             uint64
-	slot          uint32
 	cas           uint32
 	off, end      int
 	absent, spent bool
@@ -251,7 +251,7 @@ func (x *Index) keep(h uint64, v []byte, cas uint32, err error) {
 	}
 	off := len(x.sbuf)
 	x.sbuf = append(x.sbuf, v...)
-	x.seen = append(x.seen, seenSlot{h: h, slot: x.slot(h), cas: cas, off: off, end: len(x.sbuf), absent: err != nil})
+	x.seen = append(x.seen, seenSlot{h: h, cas: cas, off: off, end: len(x.sbuf), absent: err != nil})
 }
 
 // seenRead is the unspent read of h's slot that the last Lookup made in
@@ -272,7 +272,7 @@ func (x *Index) seenRead(h uint64, s uint32) *seenSlot {
 // written that slot, the kept value of another point in it is out of date.
 func (x *Index) spend(slot uint32) {
 	for i := range x.seen {
-		if x.seen[i].slot == slot {
+		if x.slot(x.seen[i].h) == slot {
 			x.seen[i].spent = true
 		}
 	}
